@@ -1,0 +1,18 @@
+#!/usr/bin/env python
+"""Tables of finished cells (and best-over-LR statistics when series are given).
+
+By hand: aggregate.py --cells OUT.csv RESULT.json [RESULT.json ...]"""
+import argparse
+
+from arrepro.aggregate import write_tables
+
+if "snakemake" in globals():
+    sm = snakemake  # noqa: F821 - set by Snakemake's script directive
+    write_tables(sm.input.results, sm.output[0], sm.output.get("best"), sm.params.get("series"),
+                 sm.params.get("metric", "final_accuracy"))
+elif __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--cells", required=True)
+    ap.add_argument("results", nargs="+")
+    a = ap.parse_args()
+    write_tables(a.results, a.cells)

@@ -1,0 +1,17 @@
+#!/usr/bin/env python
+"""Render one experiment's figure. By hand:
+plot_figure.py --kind width --best B.csv --cells C.csv --title T --scale demo OUT.pdf [OUT.png]"""
+import argparse
+
+from arrepro.plots import render
+
+if "snakemake" in globals():
+    sm = snakemake  # noqa: F821
+    render(sm.params.plot, sm.input.best, sm.input.cells, sm.params.title, sm.params.scale, list(sm.output))
+elif __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    for k in ("kind", "best", "cells", "title", "scale"):
+        ap.add_argument(f"--{k}", required=True)
+    ap.add_argument("out", nargs="+")
+    a = ap.parse_args()
+    render(a.kind, a.best, a.cells, a.title, a.scale, a.out)

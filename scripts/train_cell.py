@@ -1,0 +1,15 @@
+#!/usr/bin/env python
+"""Train one cell: train_cell.py --cell-json '{...}' --data DIR --out DIR [--threads N]"""
+import argparse
+import json
+
+from arrepro.train import train_cell
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--cell-json", required=True, help="the resolved cell spec (the rule's params)")
+    ap.add_argument("--data", required=True, help="folder with the task's train.npz and test.npz")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--threads", type=int, default=None)
+    a = ap.parse_args()
+    train_cell(json.loads(a.cell_json), a.data, a.out, a.threads, log=lambda s: print(s, flush=True))

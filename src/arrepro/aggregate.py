@@ -1,0 +1,68 @@
+"""Tidy tables of finished cells and the paper's statistic: best-over-LR accuracy.
+
+For each (series, task, model, width, layers, recipe) the learning rate with the highest mean
+accuracy over seeds is chosen, and the mean, std, min and max over seeds at that learning rate
+are reported (choosing the best LR per seed would be biased upwards).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
+GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
+
+
+def load_results(paths: list[str | Path]) -> pd.DataFrame:
+    rows = []
+    for p in paths:
+        r = json.loads(Path(p).read_text())
+        cell = r.pop("cell")
+        task = cell["task_def"]
+        r["seq_len"] = task.get("seq_len", task.get("context_len"))
+        r["cell_dir"] = str(Path(p).parent)
+        rows.append(r)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    first = [c for c in CONFIG_KEYS + ["seq_len"] if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]].sort_values(CONFIG_KEYS[:-2] + ["lr", "seed"])
+
+
+def assign_series(df: pd.DataFrame, series: list[dict]) -> pd.DataFrame:
+    """One row per (series, cell): a cell in two series (two LR grids, say) appears in both."""
+    parts = []
+    for s in series:
+        members = {str(Path(c)) for c in s["cells"]}
+        part = df[df["cell_dir"].isin(members)].copy()
+        part.insert(0, "series", s["series"])
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy") -> pd.DataFrame:
+    per_lr = (df.groupby(GROUP + ["lr"], dropna=False)[metric]
+              .agg(mean="mean", std="std", min="min", max="max", n_seeds="count").reset_index())
+    diverged = df.groupby(GROUP + ["lr"], dropna=False)["diverged"].sum().reset_index(name="n_diverged")
+    per_lr = per_lr.merge(diverged, on=GROUP + ["lr"])
+    idx = per_lr.groupby(GROUP, dropna=False)["mean"].idxmax()
+    best = per_lr.loc[idx].rename(columns={"lr": "best_lr"}).reset_index(drop=True)
+    best["std"] = best["std"].fillna(0.0)
+    n_lrs = per_lr.groupby(GROUP, dropna=False)["lr"].nunique().reset_index(name="n_lrs")
+    best = best.merge(n_lrs, on=GROUP)
+    params = df.groupby(GROUP, dropna=False)["parameters"].first().reset_index()
+    best = best.merge(params, on=GROUP)
+    best.insert(len(GROUP), "metric", metric)
+    return best.sort_values(GROUP).reset_index(drop=True)
+
+
+def write_tables(result_paths, cells_csv, best_csv=None, series=None, metric="final_accuracy") -> None:
+    df = load_results(result_paths)
+    if series is not None:
+        df = assign_series(df, series)
+    Path(cells_csv).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(cells_csv, index=False)
+    if best_csv is not None:
+        best_over_lr(df, metric).to_csv(best_csv, index=False)

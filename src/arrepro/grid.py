@@ -1,0 +1,169 @@
+"""From ``config.yaml`` to the list of training cells (pure Python: the Snakefile imports it).
+
+A *cell* is one training run: (task, model, width, layers, recipe, lr, seed). Its folder
+
+    results/cells/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s{seed}
+
+names everything that changes its result; ``task`` and ``recipe`` carry a short hash of their
+definitions, so editing a dataset or a recipe in the config makes new folders instead of
+overwriting finished cells. Cells are shared: two experiments that need the same cell name the
+same folder and it is trained once.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+
+CELL_ROOT = "results/cells"
+CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s{seed}"
+
+
+class ConfigError(ValueError):
+    """A config value that the schema cannot catch (a dangling reference, say); names its key."""
+
+
+def train_sources(mixer: str) -> list[str]:
+    """Source files (relative to the repository root) that shape a cell of this mixer. The
+    train rule declares them as inputs (Snakemake does not track imported modules), and a
+    checkpoint is resumed only if their contents are unchanged."""
+    pkg = "src/arrepro"
+    return [f"{pkg}/train.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
+            f"{pkg}/models/registry.py", f"{pkg}/models/mixers/{mixer}.py"]
+
+
+def short_hash(obj) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:6]
+
+
+def fmt_lr(lr: float) -> str:
+    return f"{float(lr):.3g}"
+
+
+def task_id(name: str, task: dict) -> str:
+    if task["kind"] == "mqar":
+        head = f"mqar-L{task['seq_len']}-K{task['num_kv_pairs']}-V{task['vocab_size']}"
+    else:
+        head = f"copy-{task['min_len']}to{task['max_len']}"
+    return f"{head}-{short_hash(task)}"
+
+
+def recipe_id(name: str, recipe: dict) -> str:
+    return f"{name}-{short_hash(recipe)}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    task: str  # task id (folder name)
+    model: str
+    width: int
+    layers: int
+    recipe: str  # recipe id
+    lr: str  # formatted
+    seed: int
+
+    @property
+    def path(self) -> str:
+        return CELL_PATTERN.format(**self.__dict__)
+
+
+class Grid:
+    """The selected scale of a config: its tasks, recipes, experiments and their cells."""
+
+    def __init__(self, config: dict, scale: str | None = None):
+        self.config = config
+        self.scale_name = scale or config["scale"]
+        if self.scale_name not in config["scales"]:
+            raise ConfigError(f"scale: {self.scale_name!r} is not one of {sorted(config['scales'])}")
+        self.scale = config["scales"][self.scale_name]
+        self.models = config["models"]
+        self.task_names = {n: task_id(n, t) for n, t in self.scale["tasks"].items()}
+        self.tasks = {self.task_names[n]: {"name": n, **t} for n, t in self.scale["tasks"].items()}
+        self.recipe_names = {n: recipe_id(n, r) for n, r in self.scale["recipes"].items()}
+        self.recipes = {self.recipe_names[n]: {"name": n, **r} for n, r in self.scale["recipes"].items()}
+        self.experiments = self.scale["experiments"]
+        self._check()
+
+    # -- validation beyond the schema -------------------------------------------------------
+    def _check(self) -> None:
+        on_disk = _mixer_names()
+        for name, m in self.models.items():
+            if on_disk is not None and m["mixer"] not in on_disk:
+                raise ConfigError(f"models.{name}.mixer: unknown mixer {m['mixer']!r}; known: {sorted(on_disk)}")
+        base = f"scales.{self.scale_name}"
+        for exp, e in self.experiments.items():
+            for i, g in enumerate(e["grids"]):
+                where = f"{base}.experiments.{exp}.grids[{i}]"
+                for key, known in (("tasks", self.task_names), ("models", self.models)):
+                    for v in g[key]:
+                        if v not in known:
+                            raise ConfigError(f"{where}.{key}: unknown {key[:-1]} {v!r}; known: {sorted(known)}")
+                if g["recipe"] not in self.recipe_names:
+                    raise ConfigError(f"{where}.recipe: unknown recipe {g['recipe']!r}; known: {sorted(self.recipe_names)}")
+                self.lrs(g, where)
+                for t in g["tasks"]:
+                    self.batch_size(self.scale["recipes"][g["recipe"]], self.scale["tasks"][t], f"{base}.recipes.{g['recipe']}")
+
+    def lrs(self, grid: dict, where: str = "") -> list[float]:
+        lrs = grid["lrs"]
+        if isinstance(lrs, str):
+            if lrs not in self.config["lr_grids"]:
+                raise ConfigError(f"{where}.lrs: unknown lr grid {lrs!r}; known: {sorted(self.config['lr_grids'])}")
+            lrs = self.config["lr_grids"][lrs]
+        return [float(x) for x in lrs]
+
+    @staticmethod
+    def batch_size(recipe: dict, task: dict, where: str = "") -> int:
+        bs = recipe["batch_size"]
+        if isinstance(bs, int):
+            return bs
+        L = task.get("seq_len", task.get("context_len"))
+        for bound in sorted(int(k) for k in bs):  # the first bound >= L
+            if L <= bound:
+                return int(bs[bound] if bound in bs else bs[str(bound)])
+        raise ConfigError(f"{where}.batch_size: no entry for sequence length {L}")
+
+    # -- cells ---------------------------------------------------------------------------------
+    def grid_cells(self, grid: dict) -> list[Cell]:
+        return [
+            Cell(self.task_names[t], m, int(w), int(nl), self.recipe_names[grid["recipe"]], fmt_lr(lr), int(s))
+            for t, m, w, nl, lr, s in itertools.product(
+                grid["tasks"], grid["models"], grid["widths"], grid["layers"], self.lrs(grid), grid["seeds"]
+            )
+        ]
+
+    def experiment_cells(self, exp: str) -> list[Cell]:
+        cells = [c for g in self.experiments[exp]["grids"] for c in self.grid_cells(g)]
+        return list(dict.fromkeys(cells))
+
+    def all_cells(self) -> list[Cell]:
+        return list(dict.fromkeys(c for e in self.experiments for c in self.experiment_cells(e)))
+
+    def series_of(self, exp: str) -> list[dict]:
+        """Each grid of an experiment as plain data: the aggregation assigns cells to series."""
+        return [
+            {"series": g.get("series", "main"), "cells": [c.path for c in self.grid_cells(g)]}
+            for g in self.experiments[exp]["grids"]
+        ]
+
+    def cell_spec(self, task: str, model: str, width, layers, recipe: str, lr, seed) -> dict:
+        """Everything a training run needs, resolved from the config (the rule's params)."""
+        t, r, m = self.tasks[task], self.recipes[recipe], self.models[model]
+        return {
+            "task": task, "task_name": t["name"], "task_def": {k: v for k, v in t.items() if k != "name"},
+            "model": model, "model_def": m, "width": int(width), "layers": int(layers),
+            "recipe": recipe, "recipe_def": {k: v for k, v in r.items() if k != "name"},
+            "batch_size": self.batch_size(r, t), "lr": float(lr), "seed": int(seed),
+            "device": self.scale.get("device", "auto"), "scale": self.scale_name,
+        }
+
+
+def _mixer_names() -> set[str] | None:
+    """Mixer files on disk (no torch import), or None where the package source is not at hand."""
+    import os
+
+    here = os.path.join(os.path.dirname(__file__), "models", "mixers")
+    if not os.path.isdir(here):
+        return None
+    return {f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_")}

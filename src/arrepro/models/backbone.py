@@ -1,0 +1,104 @@
+"""The language model every experiment trains (nanoGPT-sized, one screen).
+
+token embedding (+ positional scheme) -> N x [pre-norm -> sequence mixer -> residual;
+pre-norm -> MLP -> residual] -> final norm -> tied LM head. ``mlp=False`` drops the MLP
+(the plain Mamba architecture, whose block already has its own gated expansion).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .ops import MLP, apply_rotary, rotary_tables, sinusoidal_table
+from .registry import get_mixer
+
+POSITIONS = ("none", "sinusoidal", "learned", "rope")
+IGNORE = -100
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool, mlp_ratio: int):
+        super().__init__()
+        self.norm1, self.mixer = nn.LayerNorm(d_model), mixer
+        self.norm2 = nn.LayerNorm(d_model) if mlp else None
+        self.mlp = MLP(d_model, mlp_ratio) if mlp else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.mixer(self.norm1(x))
+        if self.mlp is not None:
+            x = x + self.mlp(self.norm2(x))
+        return x
+
+
+class LanguageModel(nn.Module):
+    def __init__(self, *, vocab_size: int, d_model: int, n_layers: int, max_len: int, mixer: str,
+                 mixer_kwargs: dict | None = None, mlp: bool = True, mlp_ratio: int = 4,
+                 position: str = "none", embed_dropout: float = 0.0):
+        super().__init__()
+        if position not in POSITIONS:
+            raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
+        cls = get_mixer(mixer)
+        kwargs = dict(mixer_kwargs or {})
+        self.position = position
+        # rotary: inside the mixer where it has queries and keys, else on the embeddings
+        self.rope_on_embeddings = position == "rope" and not getattr(cls, "supports_rope", False)
+        if position == "rope" and not self.rope_on_embeddings:
+            kwargs["rope"] = True
+        self.embed = nn.Embedding(vocab_size, d_model)
+        if position == "learned":
+            self.pos_embed = nn.Embedding(max_len, d_model)
+        elif position == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(max_len, d_model), persistent=False)
+        self.drop = nn.Dropout(embed_dropout)
+        self.layers = nn.ModuleList(
+            Block(d_model, cls(d_model, max_len=max_len, **kwargs), mlp, mlp_ratio) for _ in range(n_layers)
+        )
+        self.norm_f = nn.LayerNorm(d_model)
+        self._init(n_layers)
+
+    def _init(self, n_layers: int) -> None:
+        for name, m in self.named_modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                std = 0.02 / math.sqrt(2 * n_layers) if name.endswith("out_proj") else 0.02
+                nn.init.normal_(m.weight, 0.0, std)
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
+        for block in self.layers:
+            if hasattr(block.mixer, "reset_special_parameters"):
+                block.mixer.reset_special_parameters()
+
+    def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Final-norm hidden states (B, L, D)."""
+        L = inputs.shape[1]
+        x = self.embed(inputs)
+        if self.position == "learned":
+            x = x + self.pos_embed.weight[:L]
+        elif self.position == "sinusoidal":
+            x = x + self.pos_table[:L].to(x.dtype)
+        elif self.rope_on_embeddings:
+            x = apply_rotary(x, *rotary_tables(L, x.shape[-1], x.device))
+        x = self.drop(x)
+        for block in self.layers:
+            x = block(x)
+        return self.norm_f(x)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits at every position (B, L, V)."""
+        return self.hidden(inputs) @ self.embed.weight.T
+
+    def labelled_logits(self, inputs: torch.Tensor, labels: torch.Tensor):
+        """Logits only where a label is set: (M, V) and the M targets. The loss and its
+        gradients equal those of the full head with ignore_index, at a fraction of the cost."""
+        h = self.hidden(inputs)
+        mask = labels != IGNORE
+        return h[mask] @ self.embed.weight.T, labels[mask]
+
+    def loss(self, inputs: torch.Tensor, labels: torch.Tensor):
+        logits, target = self.labelled_logits(inputs, labels)
+        return F.cross_entropy(logits.float(), target.long()), logits, target
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,1 @@
+"""One file per sequence mixer; see ``arrepro.models.registry`` for the interface."""

@@ -1,0 +1,84 @@
+"""Multi-head causal softmax attention, optionally with rotary embeddings and short
+convolutions on the Q, K and/or V paths (the paper's "Attention + Conv", Sec. 7).
+
+Portable path: ``torch.nn.functional.scaled_dot_product_attention``.
+Kernel path:   ``flash_attn.flash_attn_func`` (bf16/fp16) on CUDA when flash-attn is installed.
+Reference:     explicit masked softmax.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops import ShortConv, apply_rotary, rotary_tables
+from ..registry import register, use_kernels
+
+try:
+    from flash_attn import flash_attn_func
+except Exception:  # noqa: BLE001
+    flash_attn_func = None
+
+
+@register("attention")
+class Attention(nn.Module):
+    supports_rope = True
+    kernel_package = "flash-attn"
+
+    def __init__(self, d_model: int, *, max_len: int, num_heads: int = 1, dropout: float = 0.0,
+                 rope: bool = False, conv: str = "", conv_size: int = 3):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"attention: d_model {d_model} not divisible by num_heads {num_heads}")
+        if set(conv) - set("qkv"):
+            raise ValueError(f"attention: conv must name a subset of 'qkv', got {conv!r}")
+        self.h, self.dh, self.dropout, self.rope, self.max_len = num_heads, d_model // num_heads, dropout, rope, max_len
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        # a short causal conv on the input of each chosen projection (Li et al., 2024)
+        self.convs = nn.ModuleDict({p: ShortConv(d_model, conv_size) for p in sorted(set(conv))})
+
+    @staticmethod
+    def expected_parameters(d_model: int, *, max_len: int, conv: str = "", conv_size: int = 3, **_) -> int:
+        """Four d x d projections with biases, plus a depthwise conv (weights + bias) per path."""
+        return 4 * (d_model * d_model + d_model) + len(set(conv)) * (d_model * conv_size + d_model)
+
+    def _qkv(self, x: torch.Tensor, conv_path: str):
+        out = []
+        for name, proj in (("q", self.q_proj), ("k", self.k_proj), ("v", self.v_proj)):
+            inp = getattr(self.convs[name], conv_path)(x) if name in self.convs else x
+            out.append(proj(inp).unflatten(-1, (self.h, self.dh)).transpose(1, 2))  # (B, H, L, dh)
+        q, k, v = out
+        if self.rope:
+            cos, sin = rotary_tables(x.shape[1], self.dh, x.device)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q, k, v
+
+    def _out(self, y: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(y.transpose(1, 2).flatten(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if flash_attn_func is not None and use_kernels(x):
+            return self.forward_kernel(x)
+        return self.forward_portable(x)
+
+    def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._qkv(x, "forward_portable")
+        p = self.dropout if self.training else 0.0
+        return self._out(F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True))
+
+    def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._qkv(x, "forward")
+        dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+        q, k, v = (t.transpose(1, 2).to(dtype) for t in (q, k, v))  # flash-attn wants (B, L, H, dh)
+        y = flash_attn_func(q, k, v, dropout_p=self.dropout if self.training else 0.0, causal=True)
+        return self._out(y.transpose(1, 2).to(x.dtype))
+
+    def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._qkv(x, "forward_reference")
+        s = (q @ k.transpose(-1, -2)) / self.dh**0.5
+        L = x.shape[1]
+        s = s.masked_fill(torch.ones(L, L, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+        return self._out(s.softmax(-1) @ v)

@@ -1,0 +1,85 @@
+"""Building blocks shared by several mixers: short causal convolution, rotary embeddings, MLP."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .registry import use_kernels
+
+try:  # optional CUDA kernel
+    from causal_conv1d import causal_conv1d_fn
+except Exception:  # noqa: BLE001 - any import failure means "no kernel"
+    causal_conv1d_fn = None
+
+
+class ShortConv(nn.Module):
+    """Depthwise causal 1-D convolution over time on (B, L, D); kernel path: causal-conv1d."""
+
+    def __init__(self, dim: int, kernel_size: int = 3, bias: bool = True, activation: str | None = None):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.activation = activation
+        self.conv = nn.Conv1d(dim, dim, kernel_size, groups=dim, padding=kernel_size - 1, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if causal_conv1d_fn is not None and use_kernels(x):
+            return self.forward_kernel(x)
+        return self.forward_portable(x)
+
+    def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
+        return F.silu(y) if self.activation == "silu" else y
+
+    def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.conv.weight.squeeze(1)
+        y = causal_conv1d_fn(x.transpose(1, 2).contiguous(), w, self.conv.bias, activation=self.activation)
+        return y.transpose(1, 2)
+
+    def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.conv.weight.squeeze(1)  # (D, k); tap k-1 multiplies the current step
+        out = []
+        for t in range(x.shape[1]):
+            acc = self.conv.bias.clone() if self.conv.bias is not None else torch.zeros_like(x[:, 0])
+            for j in range(self.kernel_size):
+                if t - j >= 0:
+                    acc = acc + x[:, t - j] * w[:, self.kernel_size - 1 - j]
+            out.append(acc)
+        y = torch.stack(out, 1)
+        return F.silu(y) if self.activation == "silu" else y
+
+
+def rotary_tables(length: int, dim: int, device=None, base: float = 10000.0):
+    inv = 1.0 / base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+    ang = torch.arange(length, device=device, dtype=torch.float32)[:, None] * inv[None]
+    return ang.cos(), ang.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (first half, second half) of x (..., L, dim) by position angles."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half : 2 * half]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    rot = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return torch.cat([rot, x[..., 2 * half :]], dim=-1) if x.shape[-1] % 2 else rot
+
+
+def sinusoidal_table(length: int, dim: int) -> torch.Tensor:
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(pos * inv)
+    table[:, 1::2] = torch.cos(pos * inv)[:, : dim // 2]
+    return table
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int, ratio: int = 4):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, ratio * d_model)
+        self.out_proj = nn.Linear(ratio * d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(F.gelu(self.fc1(x)))

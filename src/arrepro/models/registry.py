@@ -1,0 +1,67 @@
+"""The registry of sequence mixers.
+
+A sequence mixer is an ``nn.Module`` built as ``Mixer(d_model, max_len=..., **hparams)`` whose
+``forward(x)`` maps ``(batch, length, d_model)`` to the same shape **causally** (output at t
+depends on inputs at positions <= t only). Each mixer lives in one file under
+``arrepro/models/mixers/`` and offers, side by side:
+
+* ``forward_portable(x)`` -- pure PyTorch, vectorised or chunked, fast enough on a CPU;
+* ``forward_kernel(x)``   -- the CUDA kernel package's path over the same parameters
+  (only where a package exists; chosen by ``forward`` on CUDA when it is installed);
+* ``forward_reference(x)``-- the plainest statement of the math (for recurrences a loop over
+  time steps), the ground truth the tests compare the other paths against.
+
+Required static method ``expected_parameters(d_model, *, max_len, **hparams)``: the parameter
+count by formula (the tests check the module against it).
+
+Optional class attributes: ``supports_rope`` (the mixer applies rotary embeddings itself when
+built with ``rope=True``), ``kernel_package`` (the pip package its kernel path needs).
+Optional method ``reset_special_parameters()`` runs after the backbone's generic init.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Callable
+
+from torch import nn
+
+MIXERS: dict[str, type[nn.Module]] = {}
+
+
+def register(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
+    def wrap(cls: type[nn.Module]) -> type[nn.Module]:
+        if name in MIXERS:
+            raise ValueError(f"sequence mixer {name!r} registered twice")
+        MIXERS[name] = cls
+        cls.registry_name = name
+        return cls
+
+    return wrap
+
+
+def mixer_module(name: str) -> str:
+    """The module that defines mixer ``name`` (one file per mixer)."""
+    return f"arrepro.models.mixers.{name}"
+
+
+def get_mixer(name: str) -> type[nn.Module]:
+    if name not in MIXERS:
+        try:
+            importlib.import_module(mixer_module(name))
+        except ModuleNotFoundError as err:
+            if err.name != mixer_module(name):
+                raise
+    if name not in MIXERS:
+        raise KeyError(f"unknown sequence mixer {name!r}; known: {sorted(available_mixers())}")
+    return MIXERS[name]
+
+
+def available_mixers() -> list[str]:
+    here = os.path.join(os.path.dirname(__file__), "mixers")
+    return sorted(f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_"))
+
+
+def use_kernels(x) -> bool:
+    """Kernel paths run on CUDA tensors unless ARREPRO_KERNELS=0."""
+    return bool(x.is_cuda) and os.environ.get("ARREPRO_KERNELS", "1") != "0"

@@ -1,0 +1,17 @@
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+@pytest.fixture(scope="session")
+def config():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def config_models():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())["models"]

@@ -1,0 +1,27 @@
+# Stage 3: tidy tables of finished cells and best-over-LR statistics.
+
+
+rule aggregate:
+    output:
+        cells="results/tables/{exp}_cells.csv",
+        best="results/tables/{exp}_best.csv",
+    input:
+        results=lambda wc: [c.path + "/result.json" for c in GRID.experiment_cells(wc.exp)],
+        src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
+    params:
+        series=lambda wc: GRID.series_of(wc.exp),
+        metric=config["aggregate"]["metric"],
+    wildcard_constraints:
+        exp="|".join(EXPERIMENTS),
+    script:
+        "../../scripts/aggregate.py"
+
+
+rule cells_table:
+    output:
+        "results/tables/cells.csv",
+    input:
+        results=[c.path + "/result.json" for c in GRID.all_cells()],
+        src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
+    script:
+        "../../scripts/aggregate.py"

@@ -1,0 +1,18 @@
+# Stage 1: datasets. One job per task, written once and shared by every cell that uses it.
+
+
+rule data:
+    output:
+        train="results/data/{task}/train.npz",
+        test="results/data/{task}/test.npz",
+    input:
+        src=["src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "scripts/make_data.py"],
+    params:
+        task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}),
+    log:
+        "results/logs/data/{task}.log",
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    shell:
+        "python scripts/make_data.py --task-json {params.task:q} --out results/data/{wildcards.task} > {log} 2>&1"
