@@ -92,11 +92,10 @@ def evaluate(model, inputs, labels, batch_size, device, autocast) -> dict:
     loss_sum, correct, total, exact, n = 0.0, 0, 0, 0, 0
     for i in range(0, len(inputs), batch_size):
         x, y = inputs[i : i + batch_size].to(device), labels[i : i + batch_size].to(device)
-        with autocast():
-            h = model.hidden(x)
         mask = y != -100
-        logits = (h[mask] @ model.embed.weight.T.to(h.dtype)).float()
-        target = y[mask]
+        with autocast():
+            logits, target = model.labelled_logits(x, y)
+        logits = logits.float()
         loss_sum += torch.nn.functional.cross_entropy(logits, target, reduction="sum").item()
         hit = logits.argmax(-1) == target
         correct += int(hit.sum())

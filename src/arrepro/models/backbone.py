@@ -26,8 +26,12 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(d_model) if mlp else None
         self.mlp = MLP(d_model, mlp_ratio) if mlp else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``rows`` (a boolean (B, L) mask): return only those positions, (M, D). The mixer
+        still sees the whole sequence; the position-wise MLP runs on the kept rows only."""
         x = x + self.mixer(self.norm1(x))
+        if rows is not None:
+            x = x[rows]
         if self.mlp is not None:
             x = x + self.mlp(self.norm2(x))
         return x
@@ -70,8 +74,9 @@ class LanguageModel(nn.Module):
             if hasattr(block.mixer, "reset_special_parameters"):
                 block.mixer.reset_special_parameters()
 
-    def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden states (B, L, D)."""
+    def hidden(self, inputs: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm hidden states (B, L, D); with a boolean mask ``rows``, only those
+        positions (M, D): the last block's MLP and the final norm then skip the others."""
         L = inputs.shape[1]
         x = self.embed(inputs)
         if self.position == "learned":
@@ -81,8 +86,8 @@ class LanguageModel(nn.Module):
         elif self.rope_on_embeddings:
             x = apply_rotary(x, *rotary_tables(L, x.shape[-1], x.device))
         x = self.drop(x)
-        for block in self.layers:
-            x = block(x)
+        for i, block in enumerate(self.layers):
+            x = block(x, rows if i == len(self.layers) - 1 else None)
         return self.norm_f(x)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -92,9 +97,8 @@ class LanguageModel(nn.Module):
     def labelled_logits(self, inputs: torch.Tensor, labels: torch.Tensor):
         """Logits only where a label is set: (M, V) and the M targets. The loss and its
         gradients equal those of the full head with ignore_index, at a fraction of the cost."""
-        h = self.hidden(inputs)
         mask = labels != IGNORE
-        return h[mask] @ self.embed.weight.T, labels[mask]
+        return self.hidden(inputs, mask) @ self.embed.weight.T, labels[mask]
 
     def loss(self, inputs: torch.Tensor, labels: torch.Tensor):
         logits, target = self.labelled_logits(inputs, labels)

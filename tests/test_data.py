@@ -1,0 +1,63 @@
+"""MQAR invariants (Zoology's definition), determinism, and the split's independence."""
+import hashlib
+
+import numpy as np
+import pytest
+
+from arrepro.data import save_task
+from arrepro.data.mqar import IGNORE, MQARSpec, generate, make_splits
+
+SPECS = [MQARSpec(8192, 64, 4), MQARSpec(8192, 128, 8), MQARSpec(128, 32, 4), MQARSpec(8192, 512, 64)]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"L{s.seq_len}K{s.num_kv_pairs}V{s.vocab_size}")
+def test_mqar_invariants(spec):
+    V, L, K = spec.vocab_size, spec.seq_len, spec.num_kv_pairs
+    d = generate(spec, 500, [7, 0])
+    x, y = d["inputs"], d["labels"]
+    assert x.shape == y.shape == (500, L)
+    keys, values = x[:, 0 : 2 * K : 2], x[:, 1 : 2 * K : 2]
+    assert ((keys >= 1) & (keys < V // 2)).all(), "keys come from [1, V/2)"
+    assert ((values >= V // 2) & (values < V)).all(), "values come from [V/2, V)"
+    for row in range(len(x)):
+        assert len(set(keys[row])) == K and len(set(values[row])) == K, "keys and values are distinct in a row"
+        lab = np.flatnonzero(y[row] != IGNORE)
+        assert len(lab) == K, "one label per key"
+        assert (lab >= 2 * K).all() and ((lab - 2 * K) % 2 == 0).all(), "queries sit on even slots after the context"
+        kv = dict(zip(keys[row], values[row]))
+        # the label sits on the query key's own position and is that key's value
+        assert sorted(x[row, lab]) == sorted(keys[row]), "each key is queried exactly once"
+        assert all(y[row, p] == kv[x[row, p]] for p in lab)
+        rest = np.setdiff1d(np.arange(2 * K, L), lab)
+        assert (x[row, rest] == 0).all(), "non-query positions are 0"
+    # the power law (a = 0.01) crowds queries right after the context
+    gaps = (np.argwhere(y != IGNORE)[:, 1] - 2 * K) // 2
+    space = (L - 2 * K) // 2
+    if space >= 8:
+        assert np.mean(gaps < space / 2) > 0.6
+
+
+def test_random_non_queries_fill_the_gaps():
+    d = generate(MQARSpec(128, 32, 4, random_non_queries=True), 200, [1, 0])
+    assert (d["inputs"][:, 8:] != 0).mean() > 0.9
+
+
+@pytest.mark.parametrize("bad", [dict(seq_len=63), dict(vocab_size=64), dict(num_kv_pairs=17)])
+def test_invalid_settings_are_rejected(bad):
+    spec = MQARSpec(**{**dict(vocab_size=8192, seq_len=64, num_kv_pairs=4), **bad})
+    with pytest.raises(ValueError):
+        generate(spec, 4, 0)
+
+
+def test_same_config_same_bytes_and_disjoint_splits(tmp_path):
+    task = {"kind": "mqar", "vocab_size": 256, "seq_len": 64, "num_kv_pairs": 4, "n_train": 2000, "n_test": 300, "seed": 3}
+    save_task(task, tmp_path / "a")
+    save_task(task, tmp_path / "b")
+    for split in ("train", "test"):
+        a, b = ((tmp_path / d / f"{split}.npz").read_bytes() for d in "ab")
+        assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
+    s = make_splits(MQARSpec(256, 64, 4), 2000, 300, 3)
+    train_rows = {r.tobytes() for r in s["train"]["inputs"]}
+    assert not any(r.tobytes() in train_rows for r in s["test"]["inputs"]), "a test example appears in train"
+    other = make_splits(MQARSpec(256, 64, 4), 2000, 300, 4)
+    assert not np.array_equal(other["train"]["inputs"], s["train"]["inputs"])

@@ -1,0 +1,94 @@
+"""The trainer: a tiny run learns, runs are deterministic, divergence is a recorded result."""
+import json
+
+import pytest
+
+from arrepro.data import save_task
+from arrepro.train import lr_at, train_cell
+
+TASK = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 1024, "n_test": 128, "seed": 0}
+
+
+def spec(**over):
+    s = {"task": "t", "task_name": "L16", "task_def": TASK, "model": "attention",
+         "model_def": {"mixer": "attention", "position": "learned", "mlp": True, "mixer_kwargs": {"num_heads": 1}},
+         "width": 32, "layers": 2, "recipe": "r",
+         "recipe_def": {"epochs": 4, "batch_size": 32, "warmup_frac": 0.1, "schedule": "cosine", "weight_decay": 0.1},
+         "batch_size": 32, "lr": 3e-3, "seed": 0, "device": "cpu", "scale": "test"}
+    s.update(over)
+    return s
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    save_task(TASK, d)
+    return d
+
+
+def read_metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_tiny_run_learns_and_writes_its_record(data, tmp_path):
+    r = train_cell(spec(), data, tmp_path, log=lambda s: None)
+    m = read_metrics(tmp_path)
+    assert [row["epoch"] for row in m] == [1, 2, 3, 4]
+    assert m[-1]["train_loss"] < m[0]["train_loss"] - 0.3
+    for key in ("epoch", "step", "lr", "train_loss", "test_loss", "test_accuracy", "seconds"):
+        assert key in m[0]
+    saved = json.loads((tmp_path / "result.json").read_text())
+    for key in ("final_accuracy", "best_accuracy", "diverged", "parameters", "epochs_run", "train_seconds",
+                "tokens_per_second", "cell"):
+        assert key in saved
+    assert saved["final_accuracy"] == m[-1]["test_accuracy"] and saved["diverged"] is False
+    assert saved["best_accuracy"] == max(row["test_accuracy"] for row in m)
+    assert r["epochs_run"] == 4 and r["steps"] == 4 * 1024 // 32
+
+
+def test_same_cell_same_numbers(data, tmp_path):
+    a = train_cell(spec(seed=5), data, tmp_path / "a", log=lambda s: None)
+    b = train_cell(spec(seed=5), data, tmp_path / "b", log=lambda s: None)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(read_metrics(tmp_path / "a")) == strip(read_metrics(tmp_path / "b"))
+    assert a["final_accuracy"] == b["final_accuracy"]
+
+
+def test_divergence_is_a_result_not_a_crash(data, tmp_path):
+    r = train_cell(spec(lr=1e4, recipe_def={"epochs": 3, "batch_size": 32, "warmup_frac": 0.0,
+                                            "schedule": "constant", "weight_decay": 0.0}),
+                   data, tmp_path, log=lambda s: None)
+    assert r["diverged"] is True
+    assert r["epochs_run"] < 3 and (tmp_path / "result.json").exists()
+    def no_constants(c):
+        raise AssertionError(f"{c} in result.json: not valid JSON")
+
+    json.loads((tmp_path / "result.json").read_text(), parse_constant=no_constants)
+    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=no_constants)
+
+
+def test_warmup_then_cosine():
+    lrs = [lr_at(s, 100, 1.0, 0.1, "cosine") for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:])) and lrs[-1] < 0.01
+
+
+def test_labelled_logits_give_the_full_heads_loss_and_gradients():
+    import torch
+    import torch.nn.functional as F
+
+    from arrepro.models import LanguageModel
+
+    torch.manual_seed(0)
+    lm = LanguageModel(vocab_size=64, d_model=16, n_layers=2, max_len=16, mixer="attention", position="learned")
+    x = torch.randint(0, 64, (4, 16))
+    y = torch.full((4, 16), -100)
+    y[:, 5::3] = torch.randint(0, 64, (4, 4))
+    full = F.cross_entropy(lm(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+    g_full = torch.autograd.grad(full, list(lm.parameters()))
+    ours, _, _ = lm.loss(x, y)
+    g_ours = torch.autograd.grad(ours, list(lm.parameters()))
+    assert torch.allclose(full, ours, atol=1e-6)
+    for a, b in zip(g_full, g_ours):
+        assert torch.allclose(a, b, atol=1e-6)

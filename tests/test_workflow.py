@@ -1,0 +1,119 @@
+"""The workflow as a user drives it: config errors stop the run before any job and name the
+key; an edit reruns only what it should (Snakemake dry runs on the tiny scale)."""
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def copy_workflow(dst: Path) -> Path:
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy2(ROOT / name, dst / name)
+    for name in ("workflow", "src", "scripts", "paper"):
+        if (ROOT / name).exists():
+            shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return dst
+
+
+def smk(wd: Path, *args, check=True):
+    p = subprocess.run(SNAKEMAKE + list(args), cwd=wd, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(p.stdout + p.stderr)
+    return p
+
+
+def planned(wd: Path, *args) -> dict[str, int]:
+    """Jobs a dry run would execute, by rule."""
+    out = smk(wd, "-n", "--config", "scale=tiny", *args).stdout
+    if "Nothing to be done" in out:
+        return {}
+    table = out.split("Job stats:")[1].split("total")[0]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\S+)\s+(\d+)\s*$", table, re.M)}
+
+
+def edit_config(wd: Path, fn) -> None:
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())
+    fn(cfg)
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    """A copy of the workflow whose tiny scale has run to the end."""
+    wd = copy_workflow(tmp_path_factory.mktemp("wf"))
+    smk(wd, "--cores", "2", "--config", "scale=tiny")
+    assert planned(wd) == {}
+    return wd
+
+
+@pytest.fixture
+def wd(done, tmp_path):
+    """A private copy of the finished workflow, results and Snakemake's records included."""
+    dst = tmp_path / "wf"
+    shutil.copytree(done, dst, symlinks=True, copy_function=shutil.copy2)
+    return dst
+
+
+def test_adding_a_learning_rate_trains_only_the_new_cells(wd):
+    edit_config(wd, lambda c: c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0]["lrs"].append(3.0e-3))
+    jobs = planned(wd)
+    n_new = 1 * 1 * 1 * 1  # tasks x models x widths x layers x seeds of the tiny grid, one new lr
+    assert jobs.get("train") == n_new
+    assert "data" not in jobs
+    assert {"aggregate", "figure", "all"} <= set(jobs)
+
+
+def test_editing_a_model_file_reruns_its_cells_only(wd):
+    with open(wd / "src/arrepro/models/mixers/attention.py", "a") as f:
+        f.write("\n# an edit\n")
+    jobs = planned(wd)
+    assert jobs.get("train") == 2  # the tiny grid's two attention cells
+    assert "data" not in jobs
+
+
+def test_editing_plotting_code_reruns_only_the_figure(wd):
+    with open(wd / "src/arrepro/plots.py", "a") as f:
+        f.write("\n# an edit\n")
+    assert planned(wd) == {"figure": 1, "all": 1}
+
+
+def test_editing_an_unused_mixer_reruns_nothing(wd):
+    other = next(p for p in (wd / "src/arrepro/models/mixers").glob("*.py")
+                 if p.stem not in ("attention", "__init__"))
+    with open(other, "a") as f:
+        f.write("\n# an edit\n")
+    assert planned(wd) == {}
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda c: c.update(wdith=3), "wdith"),
+    (lambda c: c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0].update(widths=[-8]), "widths"),
+    (lambda c: c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0].update(models=["atention"]), "models"),
+    (lambda c: c["models"]["attention"].update(mixer="atention"), "models.attention.mixer"),
+    (lambda c: c["scales"]["tiny"]["recipes"]["tiny"].update(schedule="cosne"), "schedule"),
+])
+def test_bad_config_stops_before_any_job_and_names_the_key(tmp_path, edit, key):
+    wd = copy_workflow(tmp_path)
+    edit_config(wd, edit)
+    p = smk(wd, "-n", "--config", "scale=tiny", check=False)
+    assert p.returncode != 0
+    assert key in p.stdout + p.stderr
+    assert "Job stats" not in p.stdout
+
+
+def test_every_scale_plans(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    for scale in cfg["scales"]:
+        assert smk(ROOT, "-n", "--config", f"scale={scale}", "--quiet", "all").returncode == 0
+
+
+def test_lint_is_clean():
+    p = smk(ROOT, "--lint", check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
