@@ -34,16 +34,27 @@ except (ConfigError, KeyError) as err:
     raise WorkflowError(f"config.yaml: {err}")
 
 EXPERIMENTS = list(GRID.experiments)
+FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
+TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
+
+
+def one_of(names):
+    """A wildcard constraint matching exactly these names (nothing at all if there are none)."""
+    return "|".join(names) or "(?!x)x"
+
 
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/paper.smk"
 
 
 rule all:
     input:
-        [f"results/{e}.pdf" for e in EXPERIMENTS],
+        [f"results/{e}.pdf" for e in FIGURES],
+        [f"results/{e}.tex" for e in TABLES],
         "results/tables/cells.csv",
+        "results/paper.pdf",
     default_target: True

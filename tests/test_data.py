@@ -61,3 +61,21 @@ def test_same_config_same_bytes_and_disjoint_splits(tmp_path):
     assert not any(r.tobytes() in train_rows for r in s["test"]["inputs"]), "a test example appears in train"
     other = make_splits(MQARSpec(256, 64, 4), 2000, 300, 4)
     assert not np.array_equal(other["train"]["inputs"], s["train"]["inputs"])
+
+
+def test_copy_task_examples():
+    from arrepro.data.copying import CopySpec, generate_copy
+
+    spec = CopySpec(vocab_size=10, min_len=3, max_len=7)
+    d = generate_copy(spec, 300, [0, 0])
+    x, y = d["inputs"], d["labels"]
+    assert x.shape == y.shape == (300, spec.seq_len)
+    for row in range(len(x)):
+        full = list(x[row]) + [None]
+        n = full.index(spec.sep) - 1
+        s = full[1 : n + 1]
+        assert 3 <= n <= 7 and full[0] == spec.bos and all(0 <= c < 10 for c in s)
+        assert full[n + 2 : 2 * n + 2] == s, "the second half repeats the string"
+        lab = np.flatnonzero(y[row] != IGNORE)
+        assert list(lab) == list(range(n + 1, 2 * n + 2)), "labels cover the copy and EOS"
+        assert list(y[row, lab]) == s + [spec.eos]

@@ -102,6 +102,9 @@ class Grid:
                 if g["recipe"] not in self.recipe_names:
                     raise ConfigError(f"{where}.recipe: unknown recipe {g['recipe']!r}; known: {sorted(self.recipe_names)}")
                 self.lrs(g, where)
+            kind = "plot" if exp.startswith("fig") else "table"
+            if kind not in e:
+                raise ConfigError(f"{base}.experiments.{exp}: a {exp[:3]}* experiment needs a '{kind}' key")
                 for t in g["tasks"]:
                     self.batch_size(self.scale["recipes"][g["recipe"]], self.scale["tasks"][t], f"{base}.recipes.{g['recipe']}")
 
@@ -146,6 +149,25 @@ class Grid:
             {"series": g.get("series", "main"), "cells": [c.path for c in self.grid_cells(g)]}
             for g in self.experiments[exp]["grids"]
         ]
+
+    def metric(self, exp: str) -> str:
+        """The per-cell number an experiment reports (its own, or config's aggregate.metric)."""
+        return self.experiments[exp].get("metric", self.config["aggregate"]["metric"])
+
+    def reference_lrs(self, exp: str) -> list[float]:
+        """Learning rates drawn as dashed lines: those of a series named 'replication...', or
+        else Zoology's grid (config lr_grids.zoology) where present."""
+        for g in self.experiments[exp]["grids"]:
+            if g.get("series", "").startswith("replication"):
+                return self.lrs(g)
+        if self.scale_name != "paper" and "demo_coarse" in self.config["lr_grids"]:
+            return [float(x) for x in self.config["lr_grids"]["demo_coarse"]]
+        return [float(x) for x in self.config["lr_grids"].get("zoology", [])]
+
+    def experiment_models(self, exp: str) -> dict:
+        """The definitions of the models an experiment names, in its order."""
+        names = dict.fromkeys(m for g in self.experiments[exp]["grids"] for m in g["models"])
+        return {m: self.models[m] for m in names}
 
     def cell_spec(self, task: str, model: str, width, layers, recipe: str, lr, seed) -> dict:
         """Everything a training run needs, resolved from the config (the rule's params)."""

@@ -28,8 +28,9 @@ def _finish(fig, title: str, scale: str, paths) -> None:
     plt.close(fig)
 
 
-def width_figure(best: pd.DataFrame, title: str, scale: str, paths) -> None:
-    """Accuracy vs width, one panel per sequence length; seeds' mean with max-min bars."""
+def width_figure(best, cells, title, scale, paths, published=None, **_):
+    """Accuracy vs width, one panel per sequence length; seeds' mean with max-min bars;
+    Zoology's published points (read off its Figure 2) as stars where given."""
     sns.set_theme(style="whitegrid", context="paper")
     lengths = sorted(best["seq_len"].unique())
     multi_layers = best["layers"].nunique() > 1
@@ -44,6 +45,12 @@ def width_figure(best: pd.DataFrame, title: str, scale: str, paths) -> None:
             style = SERIES_STYLE.get(series, {"linestyle": "--", "marker": "^"})
             ax.errorbar(g["width"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]],
                         color=colors[label], capsize=3, lw=1.6, ms=4, label=f"{label}, {series}", **style)
+        if published is not None:
+            pub = published[(published["seq_len"] == L) & published["model"].isin(best["model"])]
+            for model, g in pub.groupby("model"):
+                lab = next((x for x in labels if x.split(" (")[0] == model), None)
+                ax.scatter(g["width"], g["accuracy"], marker="*", s=90, color=colors.get(lab, "green"),
+                           edgecolor="green", zorder=5, label=f"{model}, Zoology published")
         kv = sub["task_name"].iloc[0]
         ax.set_title(f"sequence length {L} ({kv})")
         ax.set_xscale("log", base=2)
@@ -57,11 +64,104 @@ def width_figure(best: pd.DataFrame, title: str, scale: str, paths) -> None:
     _finish(fig, title, scale, paths)
 
 
-PLOTS = {"width": width_figure}
+def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", reference_lrs=(), **_):
+    """Accuracy vs learning rate (seeds' mean, max-min bars), one panel per (task, width,
+    layers); Zoology's 4-point grid as dashed vertical lines."""
+    sns.set_theme(style="whitegrid", context="paper")
+    keys = ["series", "task_name", "seq_len", "model", "width", "layers", "lr"]
+    per_lr = cells.groupby(keys)[metric].agg(["mean", "min", "max"]).reset_index()
+    per_lr = per_lr[per_lr["series"] == per_lr["series"].iloc[0]]
+    panels = per_lr[["seq_len", "task_name", "width", "layers"]].drop_duplicates().sort_values(["seq_len", "width", "layers"])
+    models = list(dict.fromkeys(cells["model"]))
+    colors = dict(zip(models, sns.color_palette("tab10", len(models))))
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n + 1.6, 3.3), squeeze=False, sharey=True)
+    for ax, (_, p) in zip(axes[0], panels.iterrows()):
+        sub = per_lr[(per_lr["seq_len"] == p["seq_len"]) & (per_lr["width"] == p["width"]) & (per_lr["layers"] == p["layers"])]
+        for model, g in sub.groupby("model", sort=False):
+            g = g.sort_values("lr")
+            ax.errorbar(g["lr"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]], color=colors[model],
+                        marker="o", ms=4, lw=1.6, capsize=3, label=model)
+        for lr in reference_lrs:
+            ax.axvline(lr, color="0.4", ls="--", lw=0.9, zorder=0)
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_title(f"L={p['seq_len']} ({p['task_name']}), width {p['width']}, {p['layers']} layer(s)", fontsize=9)
+    axes[0][0].set_ylabel(metric.replace("_", " "))
+    handles, names = axes[0][-1].get_legend_handles_labels()
+    if reference_lrs:
+        handles.append(plt.Line2D([], [], color="0.4", ls="--"))
+        names.append("coarse (Zoology-style) LR grid")
+    fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
+    _finish(fig, title, scale, paths)
 
 
-def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, paths) -> None:
-    best = pd.read_csv(best_csv)
+def params_figure(best, cells, title, scale, paths, **_):
+    """Fig. 4: accuracy vs parameter count; marker = scaling axis (series), colour = model."""
+    sns.set_theme(style="whitegrid", context="paper")
+    models = list(dict.fromkeys(best["model"]))
+    colors = dict(zip(models, sns.color_palette("tab10", len(models))))
+    markers = dict(zip(dict.fromkeys(best["series"]), ["o", "s", "^", "D"]))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for (model, series), g in best.groupby(["model", "series"], sort=False):
+        g = g.sort_values("parameters")
+        ax.errorbar(g["parameters"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]],
+                    color=colors[model], marker=markers[series], ms=5, lw=1.4, capsize=3,
+                    ls="-" if series == list(markers)[0] else "--", label=f"{model}, {series}")
+        for _, r in g.iterrows():
+            ax.annotate(f"{r['width']}x{r['layers']}", (r["parameters"], r["mean"]), fontsize=6,
+                        xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters")
+    ax.set_ylabel("accuracy (best over LR)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title(f"sequence length {best['seq_len'].iloc[0]} ({best['task_name'].iloc[0]}); labels: width x layers", fontsize=9)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
+    _finish(fig, title, scale, paths)
+
+
+def dynamics_figure(best, cells, title, scale, paths, metrics=None, solve_at=0.9, **_):
+    """Fig. 6: per-epoch train (faint) and test loss, and test accuracy, of each model at its
+    best LR; for each model the smallest width whose best accuracy reaches ``solve_at``, or
+    else the largest width tried (named in brackets). Curves: mean over seeds."""
+    sns.set_theme(style="whitegrid", context="paper")
+    models = list(dict.fromkeys(best["model"]))
+    colors = dict(zip(models, sns.color_palette("tab10", len(models))))
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9.5, 3.4))
+    for model in models:
+        b = best[best["model"] == model].sort_values("width")
+        solved = b[b["mean"] >= solve_at]
+        row = solved.iloc[0] if len(solved) else b.iloc[-1]
+        sel = cells[(cells["model"] == model) & (cells["width"] == row["width"]) & (cells["lr"] == row["best_lr"])]
+        curves = pd.concat([metrics[d].assign(seed=s) for d, s in zip(sel["cell_dir"], sel["seed"])])
+        mean = curves.groupby("epoch")[["train_loss", "test_loss", "test_accuracy"]].mean()
+        label = f"{model} [{row['width']}], lr {row['best_lr']:.3g}"
+        ax_loss.plot(mean.index, mean["train_loss"], color=colors[model], alpha=0.35, lw=1.4)
+        ax_loss.plot(mean.index, mean["test_loss"], color=colors[model], lw=1.8, label=label)
+        ax_acc.plot(mean.index, mean["test_accuracy"], color=colors[model], lw=1.8, label=label)
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("loss (faint: train, solid: test)")
+    ax_acc.set_xlabel("epoch")
+    ax_acc.set_ylabel("test accuracy")
+    ax_acc.set_ylim(-0.03, 1.03)
+    ax_acc.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
+    _finish(fig, title, scale, paths)
+
+
+PLOTS = {"width": width_figure, "lr": lr_figure, "params": params_figure, "dynamics": dynamics_figure}
+
+
+def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, paths, **extra) -> None:
     if kind not in PLOTS:
         raise ValueError(f"unknown plot kind {kind!r}; known: {sorted(PLOTS)}")
-    PLOTS[kind](best, title, scale, paths)
+    best, cells = pd.read_csv(best_csv), pd.read_csv(cells_csv)
+    if extra.get("published"):
+        extra["published"] = pd.read_csv(extra["published"])
+    if kind == "dynamics":
+        import json
+        from pathlib import Path
+
+        extra["metrics"] = {d: pd.DataFrame([json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines()])
+                            for d in cells["cell_dir"].unique()}
+    PLOTS[kind](best, cells, title, scale, paths, **extra)

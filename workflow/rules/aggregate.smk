@@ -10,9 +10,11 @@ rule aggregate:
         src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
     params:
         series=lambda wc: GRID.series_of(wc.exp),
-        metric=config["aggregate"]["metric"],
+        metric=lambda wc: GRID.metric(wc.exp),
     wildcard_constraints:
-        exp="|".join(EXPERIMENTS),
+        exp=one_of(EXPERIMENTS),
+    conda:
+        "../../envs/plots.yaml"
     script:
         "../../scripts/aggregate.py"
 
@@ -23,5 +25,7 @@ rule cells_table:
     input:
         results=[c.path + "/result.json" for c in GRID.all_cells()],
         src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
+    conda:
+        "../../envs/plots.yaml"
     script:
         "../../scripts/aggregate.py"

@@ -6,7 +6,8 @@ rule data:
         train="results/data/{task}/train.npz",
         test="results/data/{task}/test.npz",
     input:
-        src=["src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "scripts/make_data.py"],
+        src=["src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src/arrepro/data/copying.py",
+             "scripts/make_data.py"],
     params:
         task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}),
     log:
@@ -14,5 +15,7 @@ rule data:
     resources:
         mem_mb=4000,
         runtime=10,
+    conda:
+        "../../envs/data.yaml"
     shell:
         "python scripts/make_data.py --task-json {params.task:q} --out results/data/{wildcards.task} > {log} 2>&1"

@@ -6,6 +6,9 @@ def _mixer(wc):
     return GRID.models[wc.model]["mixer"]
 
 
+from arrepro import resources as cluster  # noqa: E402  (wall time, memory, groups of a cell)
+
+
 rule train:
     output:
         result=CELL_PATTERN + "/result.json",
@@ -24,9 +27,17 @@ rule train:
         layers=r"\d+",
         seed=r"\d+",
     threads: 1
+    # Estimated from the cell's size (src/arrepro/resources.py); a retry gets twice the time.
+    # Small cells share a Slurm job: see the profile's group-components (slurm/profile.yaml).
+    group:
+        lambda wc: cluster.group(GRID.cell_spec(**wc))
     resources:
-        gpu=lambda wc: int(GRID.scale.get("device") == "cuda"),
-        mem_mb=4000,
+        gpu=lambda wc: cluster.gpus(GRID.cell_spec(**wc)),
+        mem_mb=lambda wc: cluster.mem_mb(GRID.cell_spec(**wc)),
+        runtime=lambda wc, attempt: cluster.runtime_min(GRID.cell_spec(**wc), attempt),
+        train_slot=1,
+    conda:
+        "../../envs/train.yaml"
     shell:
         "python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task} "
         "--out {params.out} --threads {threads} > {log} 2>&1"

@@ -83,3 +83,22 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out_proj(F.gelu(self.fc1(x)))
+
+
+def fft_causal_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Causal long convolution along the last axis by FFT, O(L log L):
+    ``y[..., t] = sum_{j=0}^{t} k[..., j] * u[..., t - j]``.
+
+    ``u`` is (..., L); ``k`` is (..., Lk) and broadcasts against ``u`` in every axis but the
+    last (a per-channel filter such as (C, Lk) against (B, C, L)). Taps of ``k`` beyond L are
+    ignored; zero padding to at least L + Lk - 1 points keeps the circular convolution from
+    wrapping around. Computed in fp32 at least (cuFFT/pocketfft take no bf16; fp64 stays fp64),
+    returned in u's dtype.
+    """
+    L = u.shape[-1]
+    k = k[..., :L]
+    n = 1 << (L + k.shape[-1] - 2).bit_length()  # a power of two >= L + Lk - 1
+    dtype = torch.promote_types(torch.promote_types(u.dtype, k.dtype), torch.float32)
+    u_f = torch.fft.rfft(u.to(dtype), n=n)
+    k_f = torch.fft.rfft(k.to(dtype), n=n)
+    return torch.fft.irfft(u_f * k_f, n=n)[..., :L].to(u.dtype)

@@ -1,0 +1,213 @@
+"""Mamba: the selective state-space (S6) block of Gu & Dao, "Mamba: Linear-Time Sequence Modeling
+with Selective State Spaces" (arXiv:2312.00752, COLM 2024), as in the `Mamba` module of mamba-ssm
+1.x/2.x (``mamba_simple.py``): same layers, shapes, biases and initialisation. Two switches give the
+paper's ablations (Sec. 7, App. A.1, Figs. 9-10): ``conv=False`` drops the depthwise conv1d
+("Mamba w/o conv1d"); ``gate=False`` drops the gate branch z ("w/o gating"; with an MLP after the
+mixer this is "S6 + MLP", Fig. 8).
+
+For an input u of shape (B, L, d_model), with E = expand * d_model channels and N = d_state:
+
+    x, z     = in_proj(u)                     (B, L, E) each; z only if gate
+    x        = silu(conv1d(x))                depthwise causal conv, kernel d_conv (silu(x) if not conv)
+    r, B, C  = x_proj(x)                      (B, L, R), (B, L, N), (B, L, N);  R = dt_rank
+    dt       = softplus(dt_proj(r))           (B, L, E), dt_proj has a bias
+    A        = -exp(A_log)                    (E, N), S4D-real init A[e, n] = -(n + 1)
+    h_t      = exp(dt_t A) * h_{t-1} + (dt_t x_t) B_t^T     h_t: (E, N) per batch element
+    y_t      = h_t C_t + D * x_t              (E,)
+    out      = out_proj(y * silu(z))          (y alone if not gate)
+
+Three paths over the same parameters:
+* ``forward_reference``: the recurrence above, one Python step per time step.
+* ``forward_portable``: a chunked (two-level) scan with a hand-written backward, pure PyTorch.
+  The decay exp(dt_t[e] A[e, n]) differs for every (e, n), so the "attention-like" chunk form
+  (as in Mamba2) would cost a (T x T) matrix per (e, n), T times the work of the scan itself.
+  Instead, with the sequence cut into nc chunks of T steps: (1) a scan inside every chunk from a
+  zero state, advancing all nc chunks at once (T - 1 batched steps); (2) a scan over the nc chunk
+  end-states; (3) each chunk adds its incoming state times the running product of its decays
+  (T batched steps). Only products of decays in (0, 1] appear -- never exp of a positive number --
+  and the backward pass is the same scan run in reverse. O(sqrt L) Python steps instead of L.
+* ``forward_kernel``: mamba-ssm's ``selective_scan_fn`` (CUDA) and causal-conv1d, used by
+  ``forward`` on CUDA when installed; the block is ours, so the ablations work there too.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from ..ops import ShortConv
+from ..registry import register, use_kernels
+
+try:  # optional CUDA kernel
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+except Exception:  # noqa: BLE001 - any import failure means "no kernel"
+    selective_scan_fn = None
+
+
+# --------------------------------------------------------------------------- the chunked scan
+
+
+def _linear_scan_(a: torch.Tensor, u: torch.Tensor, chunk: int) -> torch.Tensor:
+    """In place on u (B, L, ...), with decays a in [0, 1] of the same shape and L a multiple of
+    ``chunk``: u_t <- a_t * u_{t-1} + u_t, i.e. the states h_t = a_t h_{t-1} + u_t with h_{-1} = 0."""
+    nb, L = u.shape[:2]
+    T, nc = chunk, L // chunk
+    a5, u5 = a.view(nb, nc, T, *a.shape[2:]), u.view(nb, nc, T, *u.shape[2:])
+    for j in range(1, T):  # (1) inside every chunk from a zero state, all chunks at once
+        u5[:, :, j].addcmul_(a5[:, :, j], u5[:, :, j - 1])
+    if nc > 1:  # (2) across chunks: the state at each chunk's end
+        decay = a5.prod(2)  # the decay across a whole chunk
+        ends = u5[:, :, T - 1].clone()
+        for c in range(1, nc):
+            ends[:, c].addcmul_(decay[:, c], ends[:, c - 1])
+        # (3) chunk c >= 1 adds the state it inherits times the running product of its decays
+        u5[:, 1:].addcmul_(a5[:, 1:].cumprod(2), ends[:, :-1, None])
+    return u
+
+
+class _SelectiveScan(torch.autograd.Function):
+    """y[b,t,e] = sum_n C[b,t,n] h[b,t,e,n],  h_t = exp(dt_t A) * h_{t-1} + (dt_t x_t) B_t."""
+
+    @staticmethod
+    def forward(ctx, dt, A, x, Bm, Cm, chunk):
+        a = (dt[..., None] * A).exp_()  # (B, L, E, N) decays in (0, 1]
+        h = (dt * x)[..., None] * Bm[:, :, None, :]  # inputs, scanned in place into the states
+        _linear_scan_(a, h, chunk)
+        ctx.save_for_backward(dt, A, x, Bm, Cm, a, h)
+        ctx.chunk = chunk
+        return torch.einsum("bten,btn->bte", h, Cm)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        dt, A, x, Bm, Cm, a, h = ctx.saved_tensors
+        dC = torch.einsum("bte,bten->btn", gy, h)
+        # the adjoint g_t = dL/dh_t = gy_t C_t + a_{t+1} g_{t+1} is the same scan in reversed time
+        g = gy.flip(1)[..., None] * Cm.flip(1)[:, :, None, :]
+        a_next = (F.pad(dt.flip(1)[:, :-1], (0, 0, 1, 0))[..., None] * A).exp_()  # a_{t+1}, reversed
+        g = _linear_scan_(a_next, g, ctx.chunk).flip(1)
+        del a_next
+        dtx = dt * x
+        d_dtx = torch.einsum("bten,btn->bte", g, Bm)  # through the input (dt_t x_t) B_t
+        dB = torch.einsum("bten,bte->btn", g, dtx)
+        g.mul_(a)  # through the decay: d(dt_t A) = g_t * a_t * h_{t-1}
+        g[:, 1:].mul_(h[:, :-1])
+        g[:, 0].zero_()
+        d_dt = torch.einsum("bten,en->bte", g, A).addcmul_(d_dtx, x)
+        dA = torch.einsum("bten,bte->en", g, dt)
+        return d_dt, dA, d_dtx * dt, dB, dC, None
+
+
+def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tensor, Cm: torch.Tensor,
+                   chunk: int | None = None) -> torch.Tensor:
+    """The S6 scan without the D skip: x, dt (B, L, E); A (E, N); Bm, Cm (B, L, N) -> y (B, L, E).
+    Computed in fp32 at least; the sequence is padded at the end to a multiple of the chunk (causal, so
+    the padding changes nothing before it)."""
+    L = x.shape[1]
+    chunk = chunk or 1 << max(0, round(math.log2(max(L, 1)) / 2))  # ~sqrt(L): O(sqrt L) Python steps
+    pad = (-L) % chunk
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    args = [t.to(dtype) for t in (dt, A, x, Bm, Cm)]
+    if pad:
+        args = [F.pad(t, (0, 0, 0, pad)) if t.dim() == 3 else t for t in args]
+    y = _SelectiveScan.apply(*args, chunk)
+    return y[:, :L].to(x.dtype)
+
+
+# --------------------------------------------------------------------------- the block
+
+
+@register("mamba")
+class Mamba(nn.Module):
+    kernel_package = "mamba-ssm"
+
+    def __init__(self, d_model: int, *, max_len: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
+                 dt_rank: int | str = "auto", conv: bool = True, gate: bool = True,
+                 dt_min: float = 1e-3, dt_max: float = 0.1, dt_init_floor: float = 1e-4):
+        super().__init__()
+        self.d_inner = E = int(expand * d_model)
+        self.d_state, self.gate = d_state, gate
+        self.dt_rank = R = math.ceil(d_model / 16) if dt_rank == "auto" else int(dt_rank)
+        self.dt_min, self.dt_max, self.dt_init_floor = dt_min, dt_max, dt_init_floor
+        self.in_proj = nn.Linear(d_model, 2 * E if gate else E, bias=False)
+        self.conv1d = ShortConv(E, d_conv, bias=True, activation="silu") if conv else None
+        self.x_proj = nn.Linear(E, R + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(R, E, bias=True)
+        self.A_log = nn.Parameter(torch.empty(E, d_state))
+        self.D = nn.Parameter(torch.empty(E))
+        self.out_proj = nn.Linear(E, d_model, bias=False)
+        self.reset_special_parameters()
+
+    @staticmethod
+    def expected_parameters(d_model: int, *, max_len: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
+                            dt_rank: int | str = "auto", conv: bool = True, gate: bool = True, **_) -> int:
+        E, N = int(expand * d_model), d_state
+        R = math.ceil(d_model / 16) if dt_rank == "auto" else int(dt_rank)
+        return (d_model * E * (2 if gate else 1)  # in_proj (no bias)
+                + (E * d_conv + E if conv else 0)  # depthwise conv1d with bias
+                + E * (R + 2 * N)  # x_proj (no bias)
+                + R * E + E  # dt_proj with bias
+                + E * N + E  # A_log, D
+                + E * d_model)  # out_proj (no bias)
+
+    def reset_special_parameters(self) -> None:
+        """mamba-ssm's init, run after the backbone's generic one: dt_proj weight U(+-R^-1/2);
+        dt_proj bias = softplus^-1(dt), dt log-uniform in [dt_min, dt_max]; A = -(1..N) (S4D-real); D = 1."""
+        E, N, R = self.d_inner, self.d_state, self.dt_rank
+        with torch.no_grad():
+            nn.init.uniform_(self.dt_proj.weight, -R**-0.5, R**-0.5)
+            dt = torch.exp(torch.rand(E) * (math.log(self.dt_max) - math.log(self.dt_min)) + math.log(self.dt_min))
+            dt = dt.clamp(min=self.dt_init_floor)
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+            self.A_log.copy_(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).expand(E, N))
+            self.D.fill_(1.0)
+
+    # shared by the paths: projections and conv (conv_path picks the conv's own path)
+    def _ssm_inputs(self, u: torch.Tensor, conv_path: str):
+        xz = self.in_proj(u)
+        x, z = xz.chunk(2, dim=-1) if self.gate else (xz, None)
+        x = getattr(self.conv1d, conv_path)(x) if self.conv1d is not None else F.silu(x)
+        r, Bm, Cm = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        return x, z, r, Bm, Cm
+
+    def _output(self, y: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
+        return self.out_proj(y * F.silu(z) if z is not None else y)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        if selective_scan_fn is not None and use_kernels(u):
+            return self.forward_kernel(u)
+        return self.forward_portable(u)
+
+    def forward_portable(self, u: torch.Tensor) -> torch.Tensor:
+        x, z, r, Bm, Cm = self._ssm_inputs(u, "forward_portable")
+        dt = F.softplus(self.dt_proj(r))
+        A = -torch.exp(self.A_log)
+        y = selective_scan(x, dt, A, Bm, Cm) + x * self.D
+        return self._output(y, z)
+
+    def forward_kernel(self, u: torch.Tensor) -> torch.Tensor:
+        # conv path "forward": ShortConv runs causal-conv1d on CUDA when that is installed
+        x, z, r, Bm, Cm = self._ssm_inputs(u, "forward")
+        dt = r @ self.dt_proj.weight.t().to(r.dtype)  # the bias goes in as delta_bias (fp32)
+        dtype = x.dtype  # the kernel wants u, delta, B, C, z in one dtype, laid out (B, channels, L)
+        ch = lambda t: t.transpose(1, 2).to(dtype).contiguous()  # noqa: E731
+        y = selective_scan_fn(ch(x), ch(dt), -torch.exp(self.A_log.float()), ch(Bm), ch(Cm),
+                              D=self.D.float(), z=ch(z) if z is not None else None,
+                              delta_bias=self.dt_proj.bias.float(), delta_softplus=True)
+        return self.out_proj(y.transpose(1, 2))  # the kernel already applied D and y * silu(z)
+
+    def forward_reference(self, u: torch.Tensor) -> torch.Tensor:
+        x, z, r, Bm, Cm = self._ssm_inputs(u, "forward_reference")
+        dt = F.softplus(self.dt_proj(r))
+        A = -torch.exp(self.A_log)
+        h = x.new_zeros(x.shape[0], self.d_inner, self.d_state)
+        ys = []
+        for t in range(x.shape[1]):
+            dA = torch.exp(dt[:, t, :, None] * A)  # (B, E, N) zero-order-hold decay
+            dBx = dt[:, t, :, None] * Bm[:, t, None, :] * x[:, t, :, None]  # (B, E, N)
+            h = dA * h + dBx
+            ys.append((h * Cm[:, t, None, :]).sum(-1) + self.D * x[:, t])
+        return self._output(torch.stack(ys, dim=1), z)

@@ -1,0 +1,498 @@
+"""The manuscript's numbers: LaTeX written from the experiments' aggregated tables.
+
+``write_paper_inputs`` reads, for every experiment of the scale, its best-over-LR table
+(``{exp}_best.csv``) and its cells (``{exp}_cells.csv``), and writes two files that
+paper/main.tex inputs:
+
+numbers.tex  - ``\\newcommand`` macros for the run as a whole (``\\ScaleName``, ``\\NumCells``, ...);
+             - a key store read with ``\\R{key}``, one entry per experiment, model and statistic,
+               e.g. ``\\R{fig3/mamba/max}`` or ``\\R{fig1/attention/window}`` (see ``model_stats``);
+             - ``\\arexp{exp}`` for each declared experiment (main.tex's ``\\IfExp`` reads it) and
+               ``\\ExpList``, the experiments in config order;
+             - ``\\ClaimRows``: the paper's claims, each with what this run measured and whether it
+               agrees (see ``CLAIMS``), and ``\\R{claim/ID}`` for each verdict.
+setup.tex    ``\\SetupTables`` and ``\\SetupGrids``: the scale's tasks, recipes and grids, as the
+             config declares them.
+
+Nothing here is typed by hand: a number in the manuscript is a number in a results table.
+A missing column fails loudly; a model an experiment does not train reads "n/a".
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from arrepro.tables import lr_window  # the lr-window table's own definition
+
+GOOD = 0.9  # a learning rate (or a setting) "succeeds" when the mean accuracy over seeds reaches this
+BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
+                "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_lrs", "parameters"]
+CELL_COLUMNS = ["series", "task", "task_name", "seq_len", "model", "width", "layers", "lr", "seed", "diverged",
+                "parameters", "cell_dir", "train_seconds"]
+SETTING = ["task", "width", "layers"]
+ATTENTION_MIXERS = {"attention", "based"}
+NA = "n/a"
+GOOD_TEXT = f"{100 * GOOD:g}\\%"
+METRIC_NAMES = {"final_accuracy": "the test accuracy after the last epoch",
+                "best_accuracy": "the best test accuracy over epochs",
+                "final_exact_match": "the fraction of test sequences reproduced exactly after the last epoch"}
+
+
+# --------------------------------------------------------------------------- formatting
+TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+               "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "≥": r"$\geq$", "≤": r"$\leq$",
+               "×": r"$\times$", "±": r"$\pm$", "–": "--", "—": "---"}
+
+
+def tex_escape(s) -> str:
+    return "".join(TEX_SPECIAL.get(ch, ch) for ch in str(s))
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}\\%"
+
+
+def pct_pm(mean: float, std: float) -> str:
+    return f"{100 * mean:.1f}\\,$\\pm$\\,{100 * std:.1f}\\%"
+
+
+def fmt_lr(x: float) -> str:
+    e = math.floor(math.log10(x) + 1e-9)
+    m = x / 10 ** e
+    return f"$10^{{{e}}}$" if abs(m - 1) < 5e-3 else f"${m:.3g}\\times10^{{{e}}}$"
+
+
+def fmt_count(n: float) -> str:
+    n = float(n)
+    for unit, div in (("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def fmt_int(n) -> str:
+    return "--" if pd.isna(n) else f"{int(n):,}"
+
+
+# --------------------------------------------------------------------------- reading
+def read_csv(path, columns: list[str]) -> pd.DataFrame:
+    df = pd.read_csv(path)
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; has {list(df.columns)}")
+    return df
+
+
+def lr_grid(grid: dict, lr_grids: dict) -> list[float]:
+    lrs = grid["lrs"]
+    return [float(x) for x in (lr_grids[lrs] if isinstance(lrs, str) else lrs)]
+
+
+def is_replication(grid: dict) -> bool:
+    """A grid that replicates Zoology's sweep (the dotted series of Figures 2 and 11)."""
+    return grid.get("series", "").startswith("replication") or grid["lrs"] == "zoology"
+
+
+# --------------------------------------------------------------------------- statistics
+def lr_windows(cells: pd.DataFrame, metric: str, reference_lrs: list[float]) -> pd.DataFrame:
+    """Per setting: how many learning rates reach GOOD mean accuracy over seeds, the span they
+    cover in decades, and the best mean accuracy over the reference (Zoology-style) LRs only."""
+    per_lr = (cells.drop_duplicates("cell_dir").assign(acc=cells[metric].fillna(0.0))
+              .groupby(SETTING + ["lr"])["acc"].mean().reset_index())
+    rows = []
+    for key, g in per_lr.groupby(SETTING):
+        good = g.loc[g["acc"] >= GOOD, "lr"]
+        on_ref = g[g["lr"].apply(lambda x: any(abs(x / r - 1) < 0.01 for r in reference_lrs))]
+        rows.append(dict(zip(SETTING, key), good=len(good), nlrs=len(g),
+                         decades=math.log10(good.max() / good.min()) if len(good) else np.nan,
+                         refbest=on_ref["acc"].max() if len(on_ref) else np.nan))
+    return pd.DataFrame(rows)
+
+
+def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_lrs) -> dict[str, str]:
+    """Statistics of one model's rows of an experiment, as LaTeX strings.
+
+    max/maxpm/maxwidth/maxlayers/maxlen/maxlr/maxparams  the setting with the best mean accuracy
+    min/minwidth/minlen                                  the setting with the worst
+    solved, settings                                     settings whose mean reaches GOOD, of all
+    wide/deep/{acc,width,layers,params}                  the widest and the deepest configuration
+    good, nlrs, window                                   most learning rates reaching GOOD in one
+                                                         setting, of how many, and the widest span
+                                                         of such learning rates in decades
+    relwindow                                            the widest window of the lr-window table
+                                                         (arrepro.tables.lr_window)
+    refbest                                              best mean accuracy over the reference LRs
+    cells, diverged                                      training runs and how many diverged
+    """
+    s = {}
+    top, low = best.loc[best["mean"].idxmax()], best.loc[best["mean"].idxmin()]
+    s.update(max=pct(top["mean"]), maxpm=pct_pm(top["mean"], top["std"]), maxwidth=fmt_int(top["width"]),
+             maxlayers=fmt_int(top["layers"]), maxlen=fmt_int(top["seq_len"]), maxlr=fmt_lr(top["best_lr"]),
+             maxparams=fmt_count(top["parameters"]), min=pct(low["mean"]), minwidth=fmt_int(low["width"]),
+             minlen=fmt_int(low["seq_len"]), solved=fmt_int((best["mean"] >= GOOD).sum()),
+             settings=fmt_int(len(best)))
+    shapes = best.sort_values("mean", ascending=False).drop_duplicates(["width", "layers"])
+    if len(shapes) > 1:
+        wide = shapes.sort_values(["width", "layers"], ascending=[False, True]).iloc[0]
+        deep = shapes.sort_values(["layers", "width"], ascending=[False, True]).iloc[0]
+        for name, r in (("wide", wide), ("deep", deep)):
+            s.update({f"{name}/acc": pct(r["mean"]), f"{name}/width": fmt_int(r["width"]),
+                      f"{name}/layers": fmt_int(r["layers"]), f"{name}/params": fmt_count(r["parameters"])})
+    if len(cells):
+        w = lr_windows(cells, metric, reference_lrs)
+        s.update(good=fmt_int(w["good"].max()), nlrs=fmt_int(w["nlrs"].max()),
+                 window=f"{w['decades'].max():.1f} decades" if w["decades"].notna().any() else "none",
+                 refbest=pct(w["refbest"].max()) if w["refbest"].notna().any() else NA,
+                 cells=fmt_int(cells["cell_dir"].nunique()),
+                 diverged=fmt_int(cells.drop_duplicates("cell_dir")["diverged"].astype(bool).sum()))
+        rel = lr_window(cells.drop_duplicates("cell_dir"), metric)
+        if len(rel):  # (it skips settings without a sequence length: the copy task)
+            s["relwindow"] = f"{rel['window (decades)'].max():.1f} decades"
+    return s
+
+
+class Results:
+    """One experiment's tables. Its series are split in two: the replication of Zoology's sweep
+    (``zoo``), if any, and all the others together (``main``; a cell in two of them counts once)."""
+
+    def __init__(self, name: str, exp_def: dict, best: pd.DataFrame, cells: pd.DataFrame, reference_lrs):
+        self.name, self.title = name, exp_def.get("title", name)
+        replication = {g.get("series", "main") for g in exp_def["grids"] if is_replication(g)}
+        self.series = {"main": {g.get("series", "main") for g in exp_def["grids"]} - replication,
+                       "zoo": replication}
+        self.metric = str(best["metric"].iloc[0]) if len(best) else "final_accuracy"
+        if len(cells) and self.metric not in cells.columns:
+            raise ValueError(f"{name}_cells.csv: missing column {self.metric!r} (the best table's metric)")
+        self.best, self.cells = best, cells
+        self.reference_lrs = [float(x) for x in reference_lrs]
+
+    def rows(self, model=None, layers=None, part="main", cells=False) -> pd.DataFrame:
+        df = self.cells if cells else self.best
+        keep = df["series"].isin(self.series[part])
+        if model is not None:
+            keep &= df["model"] == model
+        if layers is not None:
+            keep &= df["layers"] == layers
+        return df[keep].drop_duplicates("cell_dir" if cells else ["task", "model", "width", "layers", "recipe"])
+
+    def acc(self, model, layers=None, how="max") -> float | None:
+        r = self.rows(model, layers)
+        return None if r.empty else float(r["mean"].agg(how))
+
+    def good_lrs(self, model) -> int | None:
+        c = self.rows(model, cells=True)
+        return None if c.empty else int(lr_windows(c, self.metric, self.reference_lrs)["good"].max())
+
+    def keys(self) -> dict[str, str]:
+        out = {f"{self.name}/title": tex_escape(self.title),
+               f"{self.name}/metric": METRIC_NAMES.get(self.metric, tex_escape(self.metric))}
+        for part, prefix in (("main", ""), ("zoo", "zoo/")):
+            for model in self.rows(part=part)["model"].unique():
+                b, c = self.rows(model, part=part), self.rows(model, part=part, cells=True)
+                for k, v in model_stats(b, c, self.metric, self.reference_lrs).items():
+                    out[f"{self.name}/{prefix}{model}/{k}"] = v
+                for nl in sorted(b["layers"].unique()):
+                    for k, v in model_stats(b[b["layers"] == nl], c[c["layers"] == nl], self.metric,
+                                            self.reference_lrs).items():
+                        out[f"{self.name}/{prefix}{model}/L{nl}/{k}"] = v
+        main = self.rows()
+        if not main.empty:
+            top = main.loc[main["mean"].idxmax()]
+            out.update({f"{self.name}/best/model": tex_escape(top["model"]), f"{self.name}/best/width": fmt_int(top["width"]),
+                        f"{self.name}/best/layers": fmt_int(top["layers"]), f"{self.name}/best/len": fmt_int(top["seq_len"]),
+                        f"{self.name}/best/acc": pct(top["mean"]),
+                        f"{self.name}/layers": ", ".join(str(n) for n in sorted(main["layers"].unique())),
+                        f"{self.name}/reflrs": ", ".join(fmt_lr(x) for x in self.reference_lrs) or NA})
+        for part, prefix in (("main", ""), ("zoo", "zoo/")):
+            c = self.rows(part=part, cells=True)
+            if not c.empty:
+                out[f"{self.name}/{prefix}nlrs"] = fmt_int(c["lr"].nunique())
+        gain = self.zoology_gain()
+        if gain is not None:
+            out[f"{self.name}/gain"] = f"{gain:+.1f}"
+        spread = self.pe_spread()
+        if spread is not None:
+            out[f"{self.name}/pespread"], out[f"{self.name}/pespreadmodel"] = f"{spread[0]:.1f}", tex_escape(spread[1])
+        return out
+
+    def zoology_gain(self) -> float | None:
+        """Mean over matched settings of recurrent models of (main - Zoology replication) best
+        accuracy, in points."""
+        m = self.rows().merge(self.rows(part="zoo"), on=["task", "model", "width", "layers"], suffixes=("", "_zoo"))
+        m = m[~m["mixer"].isin(ATTENTION_MIXERS)]
+        return None if m.empty else float(100 * (m["mean"] - m["mean_zoo"]).mean())
+
+    def pe_spread(self) -> tuple[float, str] | None:
+        """Largest (max - min) best accuracy, in points, across positional variants of one model
+        (variants are named MODEL_pe_SCHEME; MODEL itself is the variant without)."""
+        r = self.rows()
+        base = r["model"].str.replace(r"_pe_.*$", "", regex=True)
+        by = r.groupby(base).agg(n=("model", "nunique"), hi=("mean", "max"), lo=("mean", "min"))
+        by = by[by["n"] > 1]
+        if by.empty:
+            return None
+        spread = 100 * (by["hi"] - by["lo"])
+        return float(spread.max()), str(spread.idxmax())
+
+
+# --------------------------------------------------------------------------- the paper's claims
+def _fmt_good(e: Results, m) -> str:
+    return f"{tex_escape(m)} {e.good_lrs(m)}/{int(e.rows(m, cells=True)['lr'].nunique())}"
+
+
+def claim_lr_window(e: Results, strong: str, weak: list[str]):
+    present = [m for m in weak if e.good_lrs(m) is not None]
+    if e.good_lrs(strong) is None or not present:
+        return None
+    text = f"LRs reaching {GOOD_TEXT}: " + ", ".join(_fmt_good(e, m) for m in [strong] + present)
+    return text, all(e.good_lrs(strong) > e.good_lrs(m) for m in present)
+
+
+def claim_levels(e: Results, want: dict[str, bool]):
+    """Each model's best accuracy reaches GOOD (True) or stays below it (False)."""
+    got = {m: e.acc(m) for m in want}
+    if any(v is None for v in got.values()):
+        return None
+    return ", ".join(f"{tex_escape(m)} {pct(v)}" for m, v in got.items()), all((got[m] >= GOOD) == w for m, w in want.items())
+
+
+def claim_attention_everywhere(e: Results):
+    lo = e.acc("attention", how="min")
+    return None if lo is None else (f"worst setting {pct(lo)}", lo >= GOOD)
+
+
+def claim_fine_grid(e: Results):
+    g = e.zoology_gain()
+    return None if g is None else (f"mean gain {g:+.1f} points", g > 0)
+
+
+def claim_width_helps(e: Results):
+    r = e.rows()
+    r = r[~r["mixer"].isin(ATTENTION_MIXERS)]
+    if r["width"].nunique() < 2:
+        return None
+    ends = r.sort_values("width").groupby(["model", "task", "layers"])["mean"].agg(["first", "last"])
+    d = 100 * (ends["last"] - ends["first"]).mean()
+    return f"widest minus narrowest: {d:+.1f} points", d > 0
+
+
+def claim_depth_helps_attention(e: Results):
+    r = e.rows("attention")
+    if r["layers"].nunique() < 2:
+        return None
+    lo, hi = e.acc("attention", r["layers"].min()), e.acc("attention", r["layers"].max())
+    return f"{r['layers'].min()} layer(s) {pct(lo)}, {r['layers'].max()} layers {pct(hi)}", hi > lo
+
+
+def claim_wide_beats_deep(e: Results, model="mamba"):
+    r = e.rows(model)
+    if r.drop_duplicates(["width", "layers"]).shape[0] < 2:
+        return None
+    wide = r.sort_values(["width", "layers"], ascending=[False, True]).iloc[0]
+    deep = r.sort_values(["layers", "width"], ascending=[False, True]).iloc[0]
+    return (f"wide ({wide['layers']}$\\times${wide['width']}) {pct(wide['mean'])}, "
+            f"deep ({deep['layers']}$\\times${deep['width']}) {pct(deep['mean'])}"), wide["mean"] > deep["mean"]
+
+
+def claim_pe(e: Results):
+    s = e.pe_spread()
+    return None if s is None else (f"largest spread {s[0]:.1f} points ({tex_escape(s[1])})", s[0] <= 10)
+
+
+def claim_deltanet(e: Results):
+    present = [m for m in ("mamba2", "mamba") if e.good_lrs(m) is not None]
+    if e.good_lrs("deltanet") is None or not present:
+        return None
+    text = f"LRs reaching {GOOD_TEXT}: " + ", ".join(_fmt_good(e, m) for m in ["deltanet"] + present)
+    return text, all(e.good_lrs("deltanet") >= e.good_lrs(m) for m in present)
+
+
+# (id, experiment, the paper's claim, check); a check returns (measured, agrees) or None when
+# the experiment lacks the models it needs.
+CLAIMS = [
+    ("lrwindow", "fig1", "Attention succeeds over a wider range of learning rates than Hyena and Mamba",
+     lambda e: claim_lr_window(e, "attention", ["hyena", "mamba"])),
+    ("finegrid", "fig2", "A finer learning-rate grid than Zoology's improves the recurrent models",
+     claim_fine_grid),
+    ("attn2", "fig2", "2-layer attention solves MQAR in every setting", claim_attention_everywhere),
+    ("attn1", "fig3", "1-layer attention fails, 1-layer Mamba succeeds",
+     lambda e: claim_levels(e, {"attention": False, "mamba": True})),
+    ("width", "fig3", "1-layer recurrent models improve with width", claim_width_helps),
+    ("depth", "fig4", "Attention improves with depth", claim_depth_helps_attention),
+    ("widthdepth", "fig4", "Mamba prefers width to depth", claim_wide_beats_deep),
+    ("copylr", "fig5", "On copying, the Transformer succeeds over a wider range of learning rates than Mamba",
+     lambda e: claim_lr_window(e, "transformer_rope", ["mamba"])),
+    ("copywidth", "table1", "On copying, a wide Mamba beats a deep one", claim_wide_beats_deep),
+    ("conv", "table2", "A convolution lets 1-layer attention succeed; Mamba without its conv1d fails",
+     lambda e: claim_levels(e, {"attention": False, "attention_conv_qkv": True, "mamba": True, "mamba_noconv": False})),
+    ("backbone", "table2", "Mamba without gating and S6+MLP still succeed",
+     lambda e: claim_levels(e, {"mamba_nogate": True, "s6_mlp": True})),
+    ("convkv", "table3", "A convolution on K or on V suffices; on Q it does not",
+     lambda e: claim_levels(e, {"attention_conv_k": True, "attention_conv_v": True, "attention_conv_q": False})),
+    ("pe", "table4", "Positional encodings change recurrent models' accuracy little (within 10 points)", claim_pe),
+    ("deltanet", "fig7", "DeltaNet is at least as robust to the learning rate as Mamba2 and Mamba", claim_deltanet),
+    ("depth12", "fig13", "At 12 layers, attention still has a wider learning-rate window than Mamba",
+     lambda e: claim_lr_window(e, "attention", ["mamba"])),
+]
+
+
+def claims(results: dict[str, Results]) -> tuple[list[str], dict[str, str]]:
+    rows, keys = [], {}
+    for cid, exp, text, check in CLAIMS:
+        got = check(results[exp]) if exp in results and not results[exp].best.empty else None
+        if got is None:
+            continue
+        verdict = "consistent" if got[1] else "not consistent"
+        keys[f"claim/{cid}"] = verdict
+        rows.append(f"{tex_escape(exp)} & {text} & {got[0]} & {verdict} \\\\")
+    return rows, keys
+
+
+# --------------------------------------------------------------------------- setup (from the config)
+def _lengths(t: dict) -> str:
+    if t["kind"] == "mqar":
+        return str(t["seq_len"])
+    return f"{t.get('min_len', '?')}--{t.get('max_len', '?')}"
+
+
+def _batch(bs) -> str:
+    if isinstance(bs, int):
+        return str(bs)
+    items = sorted(bs.items(), key=lambda kv: int(kv[0]))
+    return f"{'/'.join(str(v) for _, v in items)} ($L\\le{'/'.join(str(k) for k, _ in items)}$)"
+
+
+def tasks_summary(tasks: dict) -> str:
+    """One line for the title page: MQAR (length, pairs) and copying, with the shared sizes."""
+    def shared(ts, key):
+        return "/".join(dict.fromkeys(fmt_int(t[key]) for t in ts if key in t))
+
+    mqar = [t for t in tasks.values() if t["kind"] == "mqar"]
+    copy = [t for t in tasks.values() if t["kind"] != "mqar"]
+    parts = []
+    if mqar:
+        pairs = ", ".join(f"({t['seq_len']}, {t['num_kv_pairs']})" for t in mqar)
+        parts.append(f"MQAR with (length, key--value pairs) {pairs}, vocabulary {shared(mqar, 'vocab_size')} "
+                     f"and {shared(mqar, 'n_train')} training sequences")
+    if copy:
+        parts.append(f"copying strings of {', '.join(_lengths(t) for t in copy)} tokens over "
+                     f"{shared(copy, 'vocab_size')} symbols")
+    return "; ".join(parts)
+
+
+def recipes_summary(recipes: dict) -> str:
+    return ", ".join(f"{r['epochs']} epochs ({tex_escape(n)})" for n, r in recipes.items())
+
+
+def paper_scale_summary(paper: dict | None) -> str:
+    """The config's `paper` scale in a line, for the title page of a smaller scale's document."""
+    if not paper:
+        return "the config declares no paper scale"
+    seeds = sorted({s for e in paper["experiments"].values() for g in e["grids"] for s in g["seeds"]})
+    return (f"{tasks_summary(paper['tasks'])}; {recipes_summary(paper['recipes'])}; "
+            f"{len(seeds)} seeds")
+
+
+def setup_tex(meta: dict) -> str:
+    """\\SetupTables (a table float of tasks and recipes) and \\SetupGrids (each experiment's grids)."""
+    lr_grids = meta["lr_grids"]
+    out = [r"\newcommand{\SetupTables}{\begin{table}[htbp]\centering\small",
+           r"\caption{Tasks and recipes of scale \textbf{" + tex_escape(meta["scale"]) + r"} (from config.yaml).}"
+           r"\label{tab:setup}",
+           r"\begin{tabular}{lllrrr}\toprule",
+           r"task & kind & length & KV pairs & vocabulary & train / test \\ \midrule"]
+    for name, t in meta["tasks"].items():
+        out.append(f"{tex_escape(name)} & {t['kind'].upper() if t['kind'] == 'mqar' else t['kind']} & "
+                   f"{_lengths(t)} & {t.get('num_kv_pairs', '--')} & "
+                   f"{fmt_int(t['vocab_size']) if 'vocab_size' in t else '--'} & "
+                   f"{fmt_int(t['n_train'])} / {fmt_int(t['n_test'])} \\\\")
+    out += [r"\bottomrule\end{tabular}\par\medskip",
+            r"\begin{tabular}{lrlrlrr}\toprule",
+            r"recipe & epochs & batch size & warmup & schedule & weight decay & dropout \\ \midrule"]
+    for name, r in meta["recipes"].items():
+        out.append(f"{tex_escape(name)} & {r['epochs']} & {_batch(r['batch_size'])} & {100 * r['warmup_frac']:.0f}\\% & "
+                   f"{r['schedule']} & {r['weight_decay']} & {r.get('embed_dropout', 0)} \\\\")
+    out += [r"\bottomrule\end{tabular}", r"\end{table}}", "",
+            r"\newcommand{\SetupGrids}{\begin{description}\small"]
+    for exp, e in meta["experiments"].items():
+        out.append(f"\\item[{tex_escape(exp)}] \\emph{{{tex_escape(e.get('title', exp))}}}.")
+        for g in e["grids"]:
+            lrs = sorted(lr_grid(g, lr_grids))
+            named = f"grid \\emph{{{tex_escape(g['lrs'])}}}, " if isinstance(g["lrs"], str) else ""
+            out.append(
+                f"Series \\emph{{{tex_escape(g.get('series', 'main'))}}}: tasks {tex_escape(', '.join(g['tasks']))}; "
+                f"models {tex_escape(', '.join(g['models']))}; widths {', '.join(map(str, g['widths']))}; "
+                f"layers {', '.join(map(str, g['layers']))}; learning rates: {named}{len(lrs)} from "
+                f"{fmt_lr(lrs[0])} to {fmt_lr(lrs[-1])}; seeds {', '.join(map(str, g['seeds']))}; "
+                f"recipe {tex_escape(g['recipe'])}.")
+    out.append(r"\end{description}}")
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- numbers.tex
+def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
+    cells = pd.concat([r.cells for r in results.values()], ignore_index=True).drop_duplicates("cell_dir")
+    scale = meta["scale"]
+    macros = {
+        "ScaleName": tex_escape(scale),
+        "ScaleDevice": tex_escape(meta.get("device", "auto")),
+        "NumExperiments": fmt_int(len(results)),
+        "NumCells": fmt_int(len(cells)),
+        "NumDiverged": fmt_int(cells["diverged"].astype(bool).sum()),
+        "NumModels": fmt_int(cells["model"].nunique()),
+        "NumSeeds": fmt_int(cells["seed"].nunique()),
+        "SeedList": ", ".join(str(s) for s in sorted(cells["seed"].unique())),
+        "TrainHours": f"{cells['train_seconds'].sum() / 3600:.2g}",
+        "MetricName": METRIC_NAMES.get(meta["metric"], tex_escape(meta["metric"])),
+        "GoodThreshold": GOOD_TEXT,
+        "PaperScaleSummary": paper_scale_summary(meta.get("paper_scale")),
+        "LrWindowTol": str(inspect.signature(lr_window).parameters["tol"].default),
+        "TaskSummary": tasks_summary(meta["tasks"]),
+        "RecipeSummary": recipes_summary(meta["recipes"]),
+    }
+    lines = ["% Generated by src/arrepro/paper.py from results/tables/*_{best,cells}.csv: do not edit.",
+             r"\providecommand{\arset}[2]{\expandafter\def\csname ar@#1\endcsname{#2}}",
+             r"\providecommand{\arexp}[1]{\expandafter\def\csname ar@exp@#1\endcsname{}}",
+             r"\newif\ifPaperScale\PaperScale" + ("true" if scale == "paper" else "false")]
+    lines += [f"\\newcommand{{\\{k}}}{{{v}}}" for k, v in macros.items()]
+    lines += [f"\\arexp{{{exp}}}" for exp in results]
+    kinds = {exp: "figure" if "plot" in e else "table" if "table" in e else "" for exp, e in meta["experiments"].items()}
+    lines.append(r"\newcommand{\ExpList}{" + "".join(f"\\DoExp{{{e}}}{{{k}}}" for e, k in kinds.items()) + "}")
+    keys = {}
+    for r in results.values():
+        keys.update(r.keys())
+    rows, claim_keys = claims(results)
+    keys.update(claim_keys)
+    lines.append(f"\\newcommand{{\\NumClaims}}{{{len(rows)}}}")
+    keys["claims/n"] = fmt_int(len(rows))
+    keys["claims/consistent"] = fmt_int(sum(v == "consistent" for v in claim_keys.values()))
+    lines.append(r"\newcommand{\ClaimRows}{" + "\n".join(rows) + "}")
+    lines += [f"\\arset{{{k}}}{{{v}}}" for k, v in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def load_results(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[str, str]) -> dict[str, Results]:
+    return {exp: Results(exp, meta["experiments"][exp], read_csv(best_csvs[exp], BEST_COLUMNS),
+                         read_csv(cells_csvs[exp], CELL_COLUMNS), meta["reference_lrs"].get(exp, []))
+            for exp in meta["experiments"]}
+
+
+def write_paper_inputs(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[str, str],
+                       numbers_out: str | Path, setup_out: str | Path) -> None:
+    """``meta``: see ``grid_meta``."""
+    results = load_results(meta, best_csvs, cells_csvs)
+    Path(numbers_out).parent.mkdir(parents=True, exist_ok=True)
+    Path(numbers_out).write_text(numbers_tex(meta, results))
+    Path(setup_out).write_text(setup_tex(meta))
+
+
+def grid_meta(grid, config: dict) -> dict:
+    """What the paper needs from the config (workflow/rules/paper.smk builds the same from GRID)."""
+    return {"scale": grid.scale_name, "device": grid.scale.get("device", "auto"), "tasks": grid.scale["tasks"],
+            "recipes": grid.scale["recipes"], "experiments": grid.experiments, "lr_grids": config["lr_grids"],
+            "reference_lrs": {e: grid.reference_lrs(e) for e in grid.experiments},
+            "metric": config["aggregate"]["metric"], "paper_scale": config["scales"].get("paper")}
