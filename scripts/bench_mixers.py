@@ -13,7 +13,9 @@ one mixer and of the whole LanguageModel (vocab 8192, 2 layers, max_len 64) at d
     PYTHONPATH=src .venv/bin/python scripts/bench_mixers.py --mixers mamba mamba2 --csv bench.csv
 
 --csv PATH writes the timing table to PATH and the parameter table to PATH with "_params" before
-the extension.
+the extension. On a loaded machine, each multi-threaded op can wait milliseconds for a
+descheduled OpenMP thread, which inflates the (many-op) reference loops far more than the
+portable paths; compare with --threads 1.
 """
 from __future__ import annotations
 

@@ -2,7 +2,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+
+# The tests' tensors are tiny: one thread avoids oversubscription (and is much faster on a
+# loaded 2-core machine).
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))

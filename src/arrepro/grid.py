@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 CELL_ROOT = "results/cells"
 CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s{seed}"
@@ -24,13 +26,24 @@ class ConfigError(ValueError):
     """A config value that the schema cannot catch (a dangling reference, say); names its key."""
 
 
-def train_sources(mixer: str) -> list[str]:
+def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
     """Source files (relative to the repository root) that shape a cell of this mixer. The
     train rule declares them as inputs (Snakemake does not track imported modules), and a
-    checkpoint is resumed only if their contents are unchanged."""
+    checkpoint is resumed only if their contents are unchanged. A mixer file that imports a
+    sibling mixer (``from .deltanet import ...``) depends on that file too."""
     pkg = "src/arrepro"
-    return [f"{pkg}/train.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
-            f"{pkg}/models/registry.py", f"{pkg}/models/mixers/{mixer}.py"]
+    files = [f"{pkg}/train.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
+             f"{pkg}/models/registry.py"]
+    todo, seen = [mixer], []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.append(name)
+        path = Path(root) / pkg / "models" / "mixers" / f"{name}.py"
+        if path.exists():
+            todo += re.findall(r"^from \.(\w+) import", path.read_text(), re.M)
+    return files + [f"{pkg}/models/mixers/{m}.py" for m in seen]
 
 
 def short_hash(obj) -> str:

@@ -25,7 +25,8 @@ width 64, 2 layers, 50 epochs, 9,800 steps) comes out at ~8 min and is requested
 10-minute floor; its largest (L512, width 2048, 2 layers, batch 128: 39,100 steps, 2.6e9
 tokens, 1.6e18 FLOPs) at ~11.5 h of compute, requested at ~17.5 h. ``MIXER_FACTOR`` scales
 the arithmetic of mixers slower than attention (scans, FFT convolutions); these factors are
-estimates, not measurements. CPU constants (the demo and tiny scales) were measured on a
+estimates, not measurements, kept at most 1.5 so that the slowest cell of the grid (Hyena, H3
+or RWKV at L512, width 2048) comes out at ~17 h, the paper's longest run. CPU constants (the demo and tiny scales) were measured on a
 2-core machine: ~7.5 ms per step for a 2-layer width-32 model; 5 GFLOP/s per thread.
 
 An underestimate costs little: training checkpoints every epoch and on SIGTERM (which Slurm
@@ -34,11 +35,14 @@ sends at the time limit), and the retry resumes with twice the time.
 Memory (host RAM, MB): the task's int64 arrays twice (numpy load + torch copy) plus a fixed
 base (6 GB with CUDA, 1.5 GB on CPU); on CPU also parameters with AdamW state and activations.
 
-Groups: a cell whose estimate is at most ``GROUP_TIERS[-1].max_minutes`` joins the job group
+Groups: a cell requesting at most ``GROUP_TIERS[-1].max_minutes`` minutes joins the job group
 of its tier; Snakemake bundles that many cells of a tier into one Slurm job (the profile's
 ``group-components``), run one after another (the profile's ``resources: train_slot=1``,
 scope local), so one Slurm job holds about ``GROUP_TARGET_MIN`` minutes of work instead of
-a dozen ten-minute jobs each paying the scheduler's queueing and start-up cost.
+two dozen ten-minute jobs each paying the scheduler's queueing and start-up cost. If a job of
+a group fails, Snakemake deletes the outputs of every cell of that Slurm job, finished ones
+included; their checkpoints stay, and the retry rebuilds those cells' files from them without
+training (tests/test_resume.py).
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ from dataclasses import dataclass
 
 # ------------------------------------------------------------------------------ constants
 MAX_RUNTIME_MIN = 24 * 60  # a retry never asks for more than this; raise it if your partition allows
-GROUP_TARGET_MIN = 180  # about this much requested time per grouped Slurm job
+GROUP_TARGET_MIN = 240  # about this much requested time per grouped Slurm job
 
 
 @dataclass(frozen=True)
@@ -70,10 +74,12 @@ DEVICES = {
                   full_width=1, min_flops=5e9, safety=2.0, floor_min=5, base_mem_mb=1500),
 }
 
-# arithmetic cost relative to softmax attention (estimates; attention = 1)
-MIXER_FACTOR = {"attention": 1.0, "based": 1.5, "h3": 2.0, "hyena": 2.0, "rwkv": 3.0, "mamba": 1.5,
-                "mamba2": 1.5, "deltanet": 1.5, "gated_deltanet": 1.5}
-UNKNOWN_MIXER_FACTOR = 2.0
+# arithmetic cost relative to softmax attention (estimates, attention = 1), bounded by the
+# paper's longest run (18 h): its biggest cells (L512, width 2048) take ~11.5 h with attention,
+# so no mixer can be more than ~1.5 times slower there
+MIXER_FACTOR = {"attention": 1.0, "based": 1.3, "mamba": 1.3, "mamba2": 1.3, "deltanet": 1.3,
+                "gated_deltanet": 1.3, "h3": 1.5, "hyena": 1.5, "rwkv": 1.5}
+UNKNOWN_MIXER_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,8 @@ class GroupTier:
         return max(1, GROUP_TARGET_MIN // self.max_minutes)
 
 
-GROUP_TIERS = (GroupTier("cells_10min", 10), GroupTier("cells_30min", 30), GroupTier("cells_60min", 60))
+GROUP_TIERS = (GroupTier("cells_10min", 10), GroupTier("cells_30min", 30), GroupTier("cells_60min", 60),
+               GroupTier("cells_2h", 120))
 
 
 def group_components() -> dict[str, int]:
@@ -173,9 +180,10 @@ def group(spec: dict) -> str | None:
 
 
 # ------------------------------------------------------------------------------ the plan
-def plan(grid) -> dict:
-    """Cells, Slurm jobs of the train rule, and requested GPU hours for an ``arrepro.grid.Grid``."""
-    cells = grid.all_cells()
+def plan(grid, cells=None) -> dict:
+    """Cells, Slurm jobs of the train rule, and requested hours for an ``arrepro.grid.Grid``
+    (all its cells, or the given ones)."""
+    cells = grid.all_cells() if cells is None else list(cells)
     per_group: dict[str | None, int] = {}
     minutes = 0
     for c in cells:
@@ -216,7 +224,7 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
                   f"{runtime_min(spec):8d} {mem_mb(spec):7d} {group(spec) or '-'}")
     p = plan(grid)
     print(f"scale {a.scale}: {p['cells']} cells -> {p['train_jobs']} Slurm jobs for training "
-          f"({p['cells_by_group']}); {p['requested_hours']:.0f} GPU-hours requested")
+          f"({p['cells_by_group']}); {p['requested_hours']:.0f} hours requested")
 
 
 if __name__ == "__main__":  # pragma: no cover

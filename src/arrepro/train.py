@@ -81,7 +81,7 @@ def code_fingerprint(spec: dict) -> str:
     """Hash of the cell spec and of every source file that shapes its training."""
     repo = Path(__file__).resolve().parents[2]
     h = hashlib.sha1(json.dumps(spec, sort_keys=True).encode())
-    for f in train_sources(spec["model_def"]["mixer"]):
+    for f in train_sources(spec["model_def"]["mixer"], repo):
         h.update((repo / f).read_bytes())
     return h.hexdigest()
 

@@ -16,14 +16,14 @@ STATE=$(realpath -m "${1:?usage: start_cluster.sh STATE_DIR [CPU_PARTITION GPU_P
 CPU_PART=${2:-cpu}
 GPU_PART=${3:-gpu}
 HERE=$(cd "$(dirname "$0")" && pwd)
-T0=$(date +%s.%N)
-say() { printf '[cluster %5.1fs] %s\n' "$(echo "$(date +%s.%N) - $T0" | bc)" "$*"; }
+SECONDS=0
+say() { printf '[cluster %3ss] %s\n' "$SECONDS" "$*"; }
 die() { echo "start_cluster: $*" >&2; for f in "$STATE"/log/*.log; do [ -s "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done; exit 1; }
 
 [ "$(id -u)" = 0 ] || { echo "start_cluster: needs root" >&2; exit 77; }
 
 # ---------------------------------------------------------------- packages
-PKGS="munge slurmctld slurmd slurm-client slurmdbd mariadb-server mariadb-client bc"
+PKGS="munge slurmctld slurmd slurm-client slurmdbd mariadb-server mariadb-client"
 have_all() { for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || return 1; done; }
 if ! have_all; then
     command -v apt-get >/dev/null || { echo "start_cluster: no apt-get" >&2; exit 77; }
@@ -48,11 +48,11 @@ read -r CPUS MEM < <(slurmd -C | awk '{for(i=1;i<=NF;i++){split($i,a,"="); if(a[
 
 # ---------------------------------------------------------------- munge
 MUNGE_SOCKET="$STATE/run/munge.socket"
-chown munge: "$STATE/run" "$STATE/log"
 mungekey -c -k "$STATE/etc/munge.key" 2>/dev/null || dd if=/dev/urandom of="$STATE/etc/munge.key" bs=1 count=1024 status=none
-chown munge: "$STATE/etc/munge.key"; chmod 400 "$STATE/etc/munge.key"
-chown munge: "$STATE/pids"
-runuser -u munge -- munged --socket="$MUNGE_SOCKET" --key-file="$STATE/etc/munge.key" \
+chmod 400 "$STATE/etc/munge.key"
+# As root, like every daemon and client here; --force: STATE_DIR may sit in a private (0700)
+# directory, which munged would otherwise refuse for a socket that other users cannot reach.
+munged --force --socket="$MUNGE_SOCKET" --key-file="$STATE/etc/munge.key" \
     --pid-file="$STATE/pids/munged.pid" --log-file="$STATE/log/munged.log" --seed-file="$STATE/run/munge.seed" \
     || die "munged did not start"
 for _ in $(seq 100); do [ -S "$MUNGE_SOCKET" ] && break; sleep 0.1; done

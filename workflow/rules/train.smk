@@ -16,7 +16,7 @@ rule train:
     input:
         train="results/data/{task}/train.npz",
         test="results/data/{task}/test.npz",
-        src=lambda wc: train_sources(_mixer(wc)) + ["scripts/train_cell.py"],
+        src=lambda wc: train_sources(_mixer(wc), ROOT) + ["scripts/train_cell.py"],
     params:
         cell=lambda wc: json.dumps(GRID.cell_spec(**wc)),
         out=CELL_PATTERN,

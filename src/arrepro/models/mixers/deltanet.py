@@ -29,12 +29,14 @@ Paths:
   Everything except the last two lines runs for all chunks at once; the loop is over chunks only.
   Decay ratios are formed as exp(cumsum differences) on the causal side only, so they are <= 1.
 * ``forward_reference``: the per-timestep recurrence above.
-* ``forward_kernel`` (CUDA, flash-linear-attention >= 0.2 installed): ``fla.ops.delta_rule.
-  chunk_delta_rule(q, k, v, beta, scale)`` on [B, T, H, d] tensors (not head-first), bf16/fp16
-  only; q and k are L2-normalised here, so the kernel's ``use_qk_l2norm_in_kernel`` stays off.
+* ``forward_kernel`` (CUDA, flash-linear-attention installed; checked against 0.6.0):
+  ``fla.ops.delta_rule.chunk_delta_rule(q, k, v, beta, scale)`` on [B, T, H, d] tensors (not
+  head-first; older releases with a ``head_first`` switch are told so), bf16/fp16 only. q and k
+  are L2-normalised and q scaled here, so ``scale=1`` and ``use_qk_l2norm_in_kernel`` stays off.
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -48,6 +50,17 @@ try:
     from fla.ops.delta_rule import chunk_delta_rule as fla_chunk_delta_rule
 except Exception:  # noqa: BLE001 - any import failure means "no kernel"
     fla_chunk_delta_rule = None
+
+
+def fla_layout_kwargs(fn) -> dict:
+    """Keyword that makes an fla chunk op read [B, T, H, d]: releases with a ``head_first``
+    argument (some defaulted to True, i.e. [B, H, T, d]) get head_first=False; the current ones
+    (0.5, 0.6) have no such argument and refuse it."""
+    try:
+        return {"head_first": False} if "head_first" in inspect.signature(fn).parameters else {}
+    except (TypeError, ValueError):
+        return {}
+
 
 L2_EPS = 1e-6  # as fla's l2norm: x / sqrt(sum x^2 + eps)
 
@@ -184,7 +197,8 @@ class DeltaNet(nn.Module):
         q, k, v, beta = self._features(x, "forward")
         dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
         q, k, v = (t.transpose(1, 2).to(dtype).contiguous() for t in (q, k, v))  # fla wants (B, L, H, d)
-        o, _ = fla_chunk_delta_rule(q, k, v, beta.transpose(1, 2).to(dtype).contiguous(), scale=1.0)
+        o, _ = fla_chunk_delta_rule(q, k, v, beta.transpose(1, 2).to(dtype).contiguous(), scale=1.0,
+                                    **fla_layout_kwargs(fla_chunk_delta_rule))
         return self._out(o.transpose(1, 2), x.dtype)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:

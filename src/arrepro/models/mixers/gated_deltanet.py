@@ -20,10 +20,11 @@ Paths (the delta-rule core is shared with DeltaNet and lives in ``deltanet.py``)
 * ``forward_portable``: ``deltanet.chunk_delta_rule`` with the log decay g (chunked WY/UT form,
   decay ratios gamma_t / gamma_i inside the chunk, loop over chunks only).
 * ``forward_reference``: ``deltanet.delta_rule_reference`` (per-timestep loop) with g.
-* ``forward_kernel`` (CUDA, flash-linear-attention installed):
+* ``forward_kernel`` (CUDA, flash-linear-attention installed; checked against 0.6.0):
   ``fla.ops.gated_delta_rule.chunk_gated_delta_rule(q, k, v, g, beta, scale)`` on [B, T, H, d]
-  tensors, bf16/fp16 q/k/v, g in fp32 log space (computed here, so ``use_gate_in_kernel`` and
-  ``use_qk_l2norm_in_kernel`` stay off).
+  tensors, bf16/fp16 q/k/v, g in fp32 log space. g, beta, the L2 norms and the q scale are
+  computed here, so ``scale=1`` and ``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel`` and
+  ``use_qk_l2norm_in_kernel`` stay off.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from torch import nn
 
 from ..ops import ShortConv
 from ..registry import register, use_kernels
-from .deltanet import chunk_delta_rule, delta_rule_reference, l2norm
+from .deltanet import chunk_delta_rule, delta_rule_reference, fla_layout_kwargs, l2norm
 
 try:
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk_gated_delta_rule
@@ -114,7 +115,8 @@ class GatedDeltaNet(nn.Module):
         dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
         q, k, v = (t.transpose(1, 2).to(dtype).contiguous() for t in (q, k, v))  # fla wants (B, L, H, d)
         o, _ = fla_chunk_gated_delta_rule(q, k, v, g.transpose(1, 2).contiguous(),
-                                          beta.transpose(1, 2).to(dtype).contiguous(), scale=1.0)
+                                          beta.transpose(1, 2).to(dtype).contiguous(), scale=1.0,
+                                          **fla_layout_kwargs(fla_chunk_gated_delta_rule))
         return self._out(o.transpose(1, 2), x)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:

@@ -16,11 +16,13 @@ P = headdim channels, and N = d_state:
 
 Because the decay is one scalar per head, the recurrence is a masked "attention"
 y_t = sum_{s<=t} (C_t . B_s) exp(sum_{r=s+1..t} dt_r A) dt_s x_s, evaluated chunk by chunk:
-* ``forward_portable``: the chunked SSD algorithm. Cut L into chunks of T steps. Inside a chunk
-  the quadratic form above, with batched matmuls and decays exp(segment sums of dt A) (sums of
-  non-positive terms over the segment itself, never exp of a positive number); each chunk's end
-  state sum_s exp(sum_{r>s} dt_r A) dt_s x_s B_s^T; a scan over chunks (Python loop over chunks)
-  carries the state across them; each step then adds C_t (decay from chunk start to t) state_in.
+* ``forward_portable``: the chunked SSD algorithm ("minimal discrete" block decomposition), with
+  heads folded into the batch. Cut L into chunks of T steps and let cum_t be the running sum of
+  dt A from the chunk's start (<= 0, decreasing). Inside a chunk, the quadratic form above with
+  batched matmuls, its decays exp(cum_t - cum_s) for s <= t (masked to -inf above the diagonal
+  before the exp, so no exp of a positive number); each chunk's end state
+  sum_s exp(cum_end - cum_s) dt_s x_s B_s^T; a Python loop over chunks carries the state across
+  them; each step then adds exp(cum_t) C_t . (the state its chunk started from).
 * ``forward_reference``: the recurrence, one Python step per time step.
 * ``forward_kernel``: mamba-ssm's Triton ``mamba_chunk_scan_combined`` and causal-conv1d, used by
   ``forward`` on CUDA when installed (the gated RMSNorm stays in PyTorch).
@@ -42,51 +44,42 @@ except Exception:  # noqa: BLE001 - any import failure means "no kernel"
     mamba_chunk_scan_combined = None
 
 
-def segment_sums(a: torch.Tensor) -> torch.Tensor:
-    """a (..., T) -> S (..., T, T) with S[t, s] = a[s+1] + ... + a[t] for s <= t, -inf above the
-    diagonal. Each entry sums its own segment (no difference of two long cumulative sums)."""
-    T = a.shape[-1]
-    ones = torch.ones(T, T, dtype=torch.bool, device=a.device)
-    terms = a[..., :, None].expand(*a.shape, T).masked_fill(~ones.tril(-1), 0.0)  # [r, s] = a_r if r > s
-    sums = terms.cumsum(dim=-2)  # [t, s] = sum_{s < r <= t} a_r
-    return sums.masked_fill(~ones.tril(0), float("-inf"))
-
-
 def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tensor, Cm: torch.Tensor,
                 chunk: int = 64) -> torch.Tensor:
     """The SSD scan without the D skip: x (B, L, H, P), dt (B, L, H) after softplus, A (H,) < 0,
     Bm, Cm (B, L, N) shared by all heads -> y (B, L, H, P). The sequence is padded at the end to
     a multiple of the chunk (causal, so the padding changes nothing before it)."""
     nb, L, H, P = x.shape
+    N = Bm.shape[-1]
     T = min(chunk, L)
     pad = (-L) % T
     if pad:
         x, dt, Bm, Cm = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, dt, Bm, Cm))
     nc = (L + pad) // T
-    xdt = (x * dt[..., None]).view(nb, nc, T, H, P)  # dt_s x_s
-    Bm, Cm = Bm.view(nb, nc, T, -1), Cm.view(nb, nc, T, -1)
-    log_decay = (dt * A).view(nb, nc, T, H).permute(0, 3, 1, 2)  # (B, H, nc, T), <= 0
-    cum = log_decay.cumsum(dim=-1)  # log decay from the chunk start through step t
+    # heads go to the batch dimensions: tensors are (B, H, nc, T, ...) or (B, 1, nc, T, N)
+    xdt = (x * dt[..., None]).view(nb, nc, T, H, P).permute(0, 3, 1, 2, 4)  # dt_s x_s
+    Bc, Cc = Bm.reshape(nb, 1, nc, T, N), Cm.reshape(nb, 1, nc, T, N)
+    cum = (dt * A).view(nb, nc, T, H).permute(0, 3, 1, 2).cumsum(-1)  # log decay, chunk start -> t
 
-    # 1. within each chunk: y_t = sum_{s<=t} (C_t . B_s) exp(a_{s+1} + ... + a_t) dt_s x_s
-    scores = torch.einsum("bctn,bcsn->bcts", Cm, Bm)[:, None] * segment_sums(log_decay).exp()
-    y = torch.einsum("bhcts,bcshp->bcthp", scores, xdt)
+    # 1. within each chunk: y_t = sum_{s<=t} (C_t . B_s) exp(cum_t - cum_s) dt_s x_s
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+    decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(~causal, float("-inf")).exp()  # (B,H,nc,T,T)
+    y = ((Cc @ Bc.transpose(-1, -2)) * decay) @ xdt  # (B, H, nc, T, P)
 
-    # 2. each chunk's end state, from a zero start: sum_s exp(a_{s+1} + ... + a_end) dt_s x_s B_s^T
-    to_end = (cum[..., -1:] - cum).exp()  # differences within one chunk, both sums over it: <= 0
-    chunk_states = torch.einsum("bcsn,bhcs,bcshp->bchpn", Bm, to_end, xdt)
+    # 2. each chunk's end state from a zero start: sum_s exp(cum_end - cum_s) dt_s x_s B_s^T
+    to_end = (cum[..., -1:] - cum).exp()  # (B, H, nc, T)
+    chunk_states = (xdt * to_end[..., None]).transpose(-1, -2) @ Bc  # (B, H, nc, P, N)
 
-    # 3. carry the state across chunks: the state entering chunk c
-    chunk_decay = cum[..., -1].exp()  # (B, H, nc)
-    state, incoming = torch.zeros_like(chunk_states[:, 0]), []
-    for decay_c, new_c in zip(chunk_decay.unbind(2), chunk_states.unbind(1)):
+    # 3. carry the state across chunks (a loop over chunks): the state entering chunk c
+    state, incoming = torch.zeros_like(chunk_states[:, :, 0]), []
+    for decay_c, new_c in zip(cum[..., -1].exp().unbind(2), chunk_states.unbind(2)):
         incoming.append(state)
         state = decay_c[..., None, None] * state + new_c
-    incoming = torch.stack(incoming, dim=1)  # (B, nc, H, P, N)
+    incoming = torch.stack(incoming, dim=2)  # (B, H, nc, P, N)
 
-    # 4. the entering state's contribution: y_t += exp(a_1 + ... + a_t) C_t . state_in
-    y = y + torch.einsum("bctn,bchpn,bhct->bcthp", Cm, incoming, cum.exp())
-    return y.reshape(nb, nc * T, H, P)[:, :L]
+    # 4. the entering state's contribution: y_t += exp(cum_t) C_t . state_in
+    y = y + (Cc @ incoming.transpose(-1, -2)) * cum.exp()[..., None]
+    return y.permute(0, 2, 3, 1, 4).reshape(nb, nc * T, H, P)[:, :L]
 
 
 class GatedRMSNorm(nn.Module):

@@ -1,0 +1,185 @@
+"""A cell survives being killed: it resumes from its last checkpoint and ends with exactly the
+numbers of an uninterrupted run (bit for bit on CPU); a partial cell has no result.json; a
+checkpoint of another cell or of other code is not resumed; a finished cell whose outputs a
+scheduler deleted comes back from its checkpoint unchanged, without training again."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from arrepro.data import save_task
+from arrepro.train import CHECKPOINT, train_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 512, "n_test": 128, "seed": 0}
+# fields that measure time, not learning
+TIMING = {"seconds", "train_seconds", "tokens_per_second"}
+
+
+def spec(**over):
+    s = {"task": "t", "task_name": "L16", "task_def": TASK, "model": "attention",
+         "model_def": {"mixer": "attention", "position": "learned", "mlp": True, "mixer_kwargs": {"num_heads": 1}},
+         "width": 16, "layers": 2, "recipe": "r",
+         "recipe_def": {"epochs": 3, "batch_size": 32, "warmup_frac": 0.1, "schedule": "cosine",
+                        "weight_decay": 0.1, "embed_dropout": 0.1},
+         "batch_size": 32, "lr": 3e-3, "seed": 0, "device": "cpu", "scale": "test"}
+    s.update(over)
+    return s
+
+
+def quiet(_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    save_task(TASK, d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    """An uninterrupted run of spec()."""
+    out = tmp_path_factory.mktemp("reference")
+    train_cell(spec(), data, out, threads=1, log=quiet)
+    return out
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def untimed(obj):
+    if isinstance(obj, list):
+        return [untimed(x) for x in obj]
+    return {k: v for k, v in obj.items() if k not in TIMING}
+
+
+def assert_same_cell(a: Path, b: Path):
+    """Same learning curve and result, every float equal (==, not approx)."""
+    assert untimed(metrics(a)) == untimed(metrics(b))
+    assert untimed(json.loads((a / "result.json").read_text())) == untimed(json.loads((b / "result.json").read_text()))
+
+
+def test_preempted_mid_epoch_then_resumed_equals_uninterrupted(data, reference, tmp_path):
+    steps_per_epoch = 512 // 32
+    # stopped in the middle of the second epoch
+    with pytest.raises(SystemExit) as stop:
+        train_cell(spec(), data, tmp_path, threads=1, log=quiet, stop_after_steps=steps_per_epoch + 5)
+    assert stop.value.code != 0  # a scheduler sees a failure and retries
+    assert (tmp_path / CHECKPOINT).exists()
+    assert not (tmp_path / "result.json").exists()  # a partial cell is not a finished one
+    assert [m["epoch"] for m in metrics(tmp_path)] == [1]
+    logs = []
+    train_cell(spec(), data, tmp_path, threads=1, log=logs.append)
+    assert any("resumed from checkpoint at epoch 1 batch 5" in line for line in logs)
+    assert_same_cell(tmp_path, reference)
+
+
+def test_preempted_again_and_again_still_equals_uninterrupted(data, reference, tmp_path):
+    stops = 0
+    while True:
+        try:
+            train_cell(spec(), data, tmp_path, threads=1, log=quiet, stop_after_steps=7)
+            break
+        except SystemExit:
+            stops += 1
+            assert not (tmp_path / "result.json").exists()
+    assert stops == (3 * 512 // 32) // 7
+    assert_same_cell(tmp_path, reference)
+
+
+def test_sigterm_to_the_training_script_checkpoints_and_a_restart_resumes(data, tmp_path):
+    """A real signal to scripts/train_cell.py (what Slurm sends at the time limit or on
+    preemption): it exits non-zero with a checkpoint, and the restarted script finishes with
+    the numbers of an uninterrupted run of the same script."""
+    cell = spec(recipe_def={**spec()["recipe_def"], "epochs": 8}, width=32)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def run(out: Path, **kw):
+        cmd = [sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", json.dumps(cell),
+               "--data", str(data), "--out", str(out), "--threads", "1"]
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+    whole = run(tmp_path / "whole")
+    whole_out, _ = whole.communicate(timeout=300)
+    assert whole.returncode == 0, whole_out
+
+    killed = run(tmp_path / "killed")
+    seen = []
+    for line in killed.stdout:  # wait until the run is really under way, then stop it mid-epoch
+        seen.append(line)
+        if "epoch 2/8" in line:
+            time.sleep(0.05)
+            killed.send_signal(signal.SIGTERM)
+            break
+    rest, _ = killed.communicate(timeout=120)
+    seen.append(rest)
+    assert killed.returncode not in (0, None), "".join(seen)
+    assert "checkpoint written" in "".join(seen)
+    assert (tmp_path / "killed" / CHECKPOINT).exists()
+    assert not (tmp_path / "killed" / "result.json").exists()
+    done_epochs = len(metrics(tmp_path / "killed"))
+    assert 2 <= done_epochs < 8
+
+    again = run(tmp_path / "killed")
+    again_out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, again_out
+    assert f"resumed from checkpoint at epoch {done_epochs}" in again_out
+    assert_same_cell(tmp_path / "killed", tmp_path / "whole")
+
+
+def test_a_checkpoint_of_another_cell_is_not_resumed(data, tmp_path):
+    with pytest.raises(SystemExit):
+        train_cell(spec(lr=1e-2), data, tmp_path, threads=1, log=quiet, stop_after_steps=20)
+    logs = []
+    train_cell(spec(), data, tmp_path, threads=1, log=logs.append)
+    assert any("fingerprint differs" in line for line in logs)
+    fresh = tmp_path.parent / (tmp_path.name + "-fresh")
+    train_cell(spec(), data, fresh, threads=1, log=quiet)
+    assert_same_cell(tmp_path, fresh)
+
+
+def test_a_checkpoint_of_other_code_is_not_resumed(data, tmp_path, monkeypatch):
+    """Editing a source file that shapes the cell (here a stand-in added to the tracked list)
+    invalidates its checkpoint."""
+    import arrepro.train as train
+
+    extra = tmp_path / "model_source.py"
+    extra.write_text("# version 1\n")
+    real = train.train_sources
+    monkeypatch.setattr(train, "train_sources", lambda mixer: real(mixer) + [str(extra)])
+    out = tmp_path / "cell"
+    with pytest.raises(SystemExit):
+        train_cell(spec(), data, out, threads=1, log=quiet, stop_after_steps=20)
+    extra.write_text("# version 2\n")
+    logs = []
+    train_cell(spec(), data, out, threads=1, log=logs.append)
+    assert any("fingerprint differs" in line for line in logs)
+    assert not any("resumed" in line for line in logs)
+
+
+def test_a_finished_cell_whose_outputs_were_deleted_comes_back_unchanged(data, reference, tmp_path):
+    """Snakemake deletes the declared outputs (result.json, metrics.jsonl) of every job of a
+    failed Slurm job, including cells that had finished in the same group job. The checkpoint is
+    not a declared output: the retry rebuilds both files from it, byte for byte, training
+    nothing."""
+    import shutil
+
+    shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
+    before = {f: (tmp_path / f).read_bytes() for f in ("result.json", "metrics.jsonl")}
+    for f in before:
+        (tmp_path / f).unlink()
+    logs = []
+    t = time.perf_counter()
+    train_cell(spec(), data, tmp_path, threads=1, log=logs.append)
+    assert any("resumed from checkpoint at epoch 3 batch 0" in line for line in logs)
+    assert not any("epoch 3/3" in line for line in logs)  # no training step ran
+    assert {f: (tmp_path / f).read_bytes() for f in before} == before
+    assert time.perf_counter() - t < 30

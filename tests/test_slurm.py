@@ -1,0 +1,335 @@
+"""Running on a Slurm cluster with the shipped profile (slurm/profile.yaml).
+
+Fast checks (always): the profile renders, selects the paper scale by default, agrees with the
+grouping of src/arrepro/resources.py; the wall-time estimates are calibrated to the paper; a dry
+run of the paper grid through the profile bundles small cells into fewer Slurm jobs.
+
+End to end (marker `slurm`): tests/slurm/start_cluster.sh installs and starts a single-node
+Slurm with accounting (munge, MariaDB, slurmdbd, slurmctld, slurmd, two fake GPUs); the tiny
+scale runs through `snakemake --profile slurm all` with only the software-deployment method
+overridden (this machine has no conda; the scale comes from ARREPRO_SCALE, which the profile
+reads) and ends with the numbers of a local `snakemake --cores 2` run; a deliberately failing
+job (tests/slurm/Snakefile, through the same profile) is reported failed after the profile's
+retries, each with more time; every daemon is stopped by PID. Skipped, saying why, where the
+machine cannot install Debian packages (not root, no apt-get, or apt-get fails).
+"""
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import arrepro.resources as R
+from arrepro.grid import Grid
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "slurm" / "profile.yaml"
+HERE = ROOT / "tests" / "slurm"
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+TIMING = {"seconds", "train_seconds", "tokens_per_second"}
+
+
+def render_profile(**env) -> dict:
+    """The profile as Snakemake reads it (YTE rendered), under the given environment."""
+    from snakemake.profiles import ProfileConfigFileParser
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: v for k, v in env.items() if v is not None})
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+    try:
+        with open(PROFILE) as f:
+            return ProfileConfigFileParser().parse(f)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def profile_partitions() -> tuple[str, str]:
+    text = PROFILE.read_text()
+    return (re.search(r'CPU_PARTITION = "([^"]+)"', text)[1], re.search(r'GPU_PARTITION = "([^"]+)"', text)[1])
+
+
+# ============================================================================ fast checks
+def test_the_profile_runs_the_paper_grid_unless_told_otherwise():
+    p = render_profile(ARREPRO_SCALE=None)
+    assert p["executor"] == "slurm"
+    assert p["software-deployment-method"] == "conda"
+    assert p["config"] == ["scale=paper"]
+    assert render_profile(ARREPRO_SCALE="tiny")["config"] == ["scale=tiny"]
+    cpu, gpu = profile_partitions()
+    assert f"slurm_partition='{cpu}'" in p["default-resources"]
+    assert f"train:slurm_partition='{gpu}'" in p["set-resources"]
+    assert int(p["retries"]) >= 1 and p["rerun-incomplete"] in ("True", "true")
+
+
+def test_the_profile_bundles_what_resources_py_groups():
+    p = render_profile()
+    assert sorted(p["group-components"]) == sorted(f"{g}={n}" for g, n in R.group_components().items())
+    assert "train_slot=1" in p["resources"] and "train_slot=local" in p["set-resource-scopes"]
+
+
+def test_resources_does_not_import_torch():
+    code = "import sys, arrepro.resources; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+
+
+def paper_specs(config):
+    grid = Grid(config, "paper")
+    return grid, [grid.cell_spec(c.task, c.model, c.width, c.layers, c.recipe, c.lr, c.seed) for c in grid.all_cells()]
+
+
+def test_wall_time_is_calibrated_to_the_paper(config):
+    """The paper: runs take 10 minutes to 18 hours on one GPU."""
+    _, specs = paper_specs(config)
+    assert min(R.runtime_min(s) for s in specs) == 10
+    hours = [R.estimate_seconds(s) / 3600 for s in specs]
+    assert 10 <= max(hours) <= 18
+    biggest = max(specs, key=R.estimate_seconds)
+    assert (biggest["width"], biggest["task_def"]["seq_len"]) == (2048, 512)
+    assert all(R.gpus(s) == 1 for s in specs)
+    assert all(4096 <= R.mem_mb(s) <= 16384 for s in specs)
+
+
+def test_a_retry_asks_for_more_time_up_to_a_cap(config):
+    _, specs = paper_specs(config)
+    for s in (min(specs, key=R.estimate_seconds), sorted(specs, key=R.estimate_seconds)[len(specs) // 2],
+              max(specs, key=R.estimate_seconds)):
+        first = R.runtime_min(s)
+        assert first <= R.MAX_RUNTIME_MIN
+        assert [R.runtime_min(s, a) for a in (1, 2, 3, 4)] == [min(R.MAX_RUNTIME_MIN, first * 2 ** i) for i in range(4)]
+    assert R.runtime_min(min(specs, key=R.estimate_seconds), 2) == 20
+
+
+def test_wider_longer_deeper_cells_ask_for_more(config):
+    _, specs = paper_specs(config)
+    s = specs[0]
+    base = R.estimate_seconds(s)
+    assert R.estimate_seconds({**s, "width": s["width"] * 4}) > base
+    assert R.estimate_seconds({**s, "layers": s["layers"] * 2}) > base
+    assert R.estimate_seconds({**s, "recipe_def": {**s["recipe_def"], "epochs": 100}}) > base
+    longer = {**s, "task_def": {**s["task_def"], "seq_len": 4 * s["task_def"]["seq_len"]}}
+    assert R.estimate_seconds(longer) > base
+
+
+def test_only_small_cells_are_grouped(config):
+    _, specs = paper_specs(config)
+    for s in specs:
+        g = R.group(s)
+        m = R.runtime_min(s)
+        if g is None:
+            assert m > R.GROUP_TIERS[-1].max_minutes
+        else:
+            tier = next(t for t in R.GROUP_TIERS if t.name == g)
+            assert m <= tier.max_minutes and tier.bundle * tier.max_minutes <= R.GROUP_TARGET_MIN
+
+
+def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
+    """A dry run of one experiment of the paper grid through the profile: Snakemake forms the
+    group jobs that arrepro.resources plans (`python -m arrepro.resources paper` counts the
+    whole grid the same way)."""
+    grid, _ = paper_specs(config)
+    exp = "fig1" if "fig1" in grid.experiments else next(iter(grid.experiments))
+    env = {k: v for k, v in os.environ.items() if k != "ARREPRO_SCALE"}
+    p = subprocess.run(SNAKEMAKE + ["-n", "--profile", "slurm", f"results/tables/{exp}_best.csv", "--sdm", "env-modules"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    groups = len(re.findall(r"Group job \S+ \(jobs in lexicogr", p.stdout))
+    single = re.findall(r"^rule (\w+):", p.stdout, re.M)
+    plan = R.plan(grid, grid.experiment_cells(exp))
+    assert int(re.search(r"^train\s+(\d+)$", p.stdout, re.M)[1]) == plan["cells"]
+    assert groups + single.count("train") == plan["train_jobs"] < plan["cells"] / 2
+    print(f"\n{exp}: {plan['cells']} cells -> {plan['train_jobs']} Slurm jobs for training ({groups} bundles)")
+
+
+# ============================================================================ a real cluster
+def why_no_cluster() -> str | None:
+    if os.name != "posix" or os.geteuid() != 0:
+        return "needs root: it installs Debian's Slurm packages and runs the Slurm daemons"
+    needed = ("munged", "slurmctld", "slurmd", "slurmdbd", "sbatch", "sacct", "mariadbd")
+    if not all(shutil.which(b, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") for b in needed) \
+            and not shutil.which("apt-get"):
+        return "Slurm is not installed and there is no apt-get to install Debian's packages"
+    return None
+
+
+@dataclass
+class Cluster:
+    state: Path
+    env: dict
+
+
+def pids_of(state: Path) -> dict[str, int]:
+    out = {}
+    for f in (state / "pids").glob("*.pid"):
+        text = f.read_text().strip()
+        if text.isdigit():
+            out[f.name] = int(text)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = why_no_cluster()
+    if why:
+        pytest.skip(why)
+    state = tmp_path_factory.mktemp("cluster")
+    cpu, gpu = profile_partitions()
+    pids = {}
+    try:
+        t = time.monotonic()
+        p = subprocess.run(["bash", str(HERE / "start_cluster.sh"), str(state), cpu, gpu],
+                           capture_output=True, text=True, timeout=900)
+        pids = pids_of(state)
+        if p.returncode == 77:
+            pytest.skip("cannot install Debian's Slurm packages on this machine: " + p.stderr.strip()[-800:])
+        assert p.returncode == 0, p.stdout + p.stderr
+        print(f"\n{p.stdout.strip()}\ncluster up in {time.monotonic() - t:.0f} s")
+        yield Cluster(state, {**os.environ, "SLURM_CONF": str(state / "etc" / "slurm.conf")})
+    finally:
+        pids = {**pids, **pids_of(state)}
+        stop = subprocess.run(["bash", str(HERE / "stop_cluster.sh"), str(state)],
+                              capture_output=True, text=True, timeout=300)
+        left = {name: pid for name, pid in pids.items() if alive(pid)}
+        assert stop.returncode == 0 and not left, f"still running: {left}\n{stop.stdout}{stop.stderr}"
+
+
+def copy_workflow(dst: Path) -> Path:
+    """The repository as a user has it (profile, envs, sources), without results."""
+    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "results", ".snakemake", ".pytest_cache", "__pycache__", "*.egg-info", ".whl", ".gl"))
+    return dst
+
+
+def submitted(log: str) -> list[str]:
+    return re.findall(r"has been submitted with SLURM jobid (\d+)", log)
+
+
+def sacct(cluster: Cluster, ids: list[str]) -> list[dict]:
+    fields = ["JobID", "Partition", "State", "Timelimit", "AllocTRES", "Comment"]
+    p = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", ",".join(fields)],
+                       env=cluster.env, capture_output=True, text=True, check=True, timeout=60)
+    return [dict(zip(fields, line.split("|"))) for line in p.stdout.splitlines() if line]
+
+
+@pytest.fixture(scope="module")
+def failing(cluster, tmp_path_factory):
+    """tests/slurm/Snakefile through the profile, started early so that it runs alongside the
+    smoke grid (both mostly wait for Slurm)."""
+    wd = tmp_path_factory.mktemp("failing")
+    shutil.copy(HERE / "Snakefile", wd / "Snakefile")
+    shutil.copytree(ROOT / "slurm", wd / "slurm")
+    proc = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "--sdm", "env-modules"], cwd=wd, env=cluster.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield proc, wd
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def untimed(obj):
+    if isinstance(obj, list):
+        return [untimed(x) for x in obj]
+    return {k: v for k, v in obj.items() if k not in TIMING}
+
+
+def read_table(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [untimed(row) for row in csv.DictReader(f)]
+
+
+@pytest.mark.slurm
+def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, tmp_path, config):
+    via_slurm, local = copy_workflow(tmp_path / "slurm"), copy_workflow(tmp_path / "local")
+    t0 = time.monotonic()
+    run = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "all", "--sdm", "env-modules"], cwd=via_slurm,
+                           env={**cluster.env, "ARREPRO_SCALE": "tiny"},
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ref = subprocess.run(SNAKEMAKE + ["--cores", "2", "--config", "scale=tiny", "all"], cwd=local,
+                             capture_output=True, text=True, timeout=900)
+        assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+        log, _ = run.communicate(timeout=1200)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    elapsed = time.monotonic() - t0
+    print(f"\ntiny grid through Slurm: {elapsed:.0f} s")
+    assert run.returncode == 0, log[-6000:]
+
+    # the same cells, with the same numbers
+    cells = sorted(p.parent.relative_to(local) for p in (local / "results" / "cells").rglob("result.json"))
+    assert cells and cells == sorted(p.parent.relative_to(via_slurm)
+                                     for p in (via_slurm / "results" / "cells").rglob("result.json"))
+    for cell in cells:
+        a, b = local / cell, via_slurm / cell
+        assert untimed(json.loads((a / "result.json").read_text())) == untimed(json.loads((b / "result.json").read_text()))
+        rows = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+        assert untimed(rows(a)) == untimed(rows(b))
+    tables = sorted(p.relative_to(local) for p in (local / "results" / "tables").glob("*.csv"))
+    assert tables
+    for t in tables:
+        assert read_table(local / t) == read_table(via_slurm / t), t
+    for fig in (local / "results").glob("*.pdf"):
+        assert (via_slurm / fig.relative_to(local)).stat().st_size > 0
+
+    # what Slurm ran: every job completed; the cells as bundles on the GPU partition, the rest on the CPU one
+    cpu, gpu = profile_partitions()
+    jobs = sacct(cluster, submitted(log))
+    assert jobs and all(j["State"] == "COMPLETED" for j in jobs), jobs
+    train = [j for j in jobs if "train" in j["Comment"]]
+    assert all(j["Partition"] == gpu for j in train) and all(j["Partition"] == cpu for j in jobs if j not in train)
+    assert len(train) == R.plan(Grid(config, "tiny"))["train_jobs"]
+    assert len(train) < len(cells), "the tiny cells should share a Slurm job"
+    assert {j["Comment"].split("_wildcards_")[0] for j in jobs if j not in train} >= {
+        "rule_data", "rule_aggregate", "rule_cells_table", "rule_figure"}
+
+
+@pytest.mark.slurm
+def test_a_failing_job_is_reported_failed_after_retries_with_more_time(cluster, failing):
+    proc, wd = failing
+    log, _ = proc.communicate(timeout=1200)
+    assert proc.returncode != 0, log[-4000:]
+    assert "Error in rule fails" in log and "SLURM status is: 'FAILED'" in log, log[-4000:]
+    assert not (wd / "fails.txt").exists()
+    attempts = 1 + int(render_profile()["retries"])
+    runtimes = [5 * 2 ** i for i in range(attempts)]
+    assert (wd / "attempts.txt").read_text().splitlines() == [f"attempt {m} min" for m in runtimes]
+    jobs = sacct(cluster, submitted(log))
+    failed = [j for j in jobs if j["Comment"] == "rule_fails"]
+    assert [j["State"] for j in failed] == ["FAILED"] * attempts
+    assert [j["Timelimit"] for j in failed] == [f"00:{m:02d}:00" for m in runtimes]
+    # keep-going: the other job finished, on one of the (fake) GPUs
+    assert re.match(r"CUDA_VISIBLE_DEVICES=[01] ", (wd / "gpu.txt").read_text())
+    assert any("gres/gpu=1" in j["AllocTRES"] and j["State"] == "COMPLETED" for j in jobs)
