@@ -10,7 +10,9 @@ scale runs through `snakemake --profile slurm all` with only the software-deploy
 overridden (this machine has no conda; the scale comes from ARREPRO_SCALE, which the profile
 reads) and ends with the numbers of a local `snakemake --cores 2` run; a deliberately failing
 job (tests/slurm/Snakefile, through the same profile) is reported failed after the profile's
-retries, each with more time; every daemon is stopped by PID. Skipped, saying why, where the
+retries, each with more time; a cell that Slurm kills at its time limit (SIGTERM) resumes from
+its checkpoint in the retry; every daemon is stopped by PID. The three runs share the cluster and
+run at the same time (~6 minutes in all, mostly the plugin's status polling). Skipped, saying why, where the
 machine cannot install Debian packages (not root, no apt-get, or apt-get fails).
 """
 import csv
@@ -257,6 +259,45 @@ def failing(cluster, tmp_path_factory):
                 proc.wait()
 
 
+TIMEOUT_SCALE = {  # one CPU cell of ~2 minutes, far past the 1-minute limit of its first attempt
+    "device": "cpu",
+    "tasks": {"L32": {"kind": "mqar", "vocab_size": 128, "seq_len": 32, "num_kv_pairs": 4, "n_train": 10000,
+                      "n_test": 256, "seed": 0}},
+    "recipes": {"long": {"epochs": 45, "batch_size": 32, "warmup_frac": 0.1, "schedule": "cosine", "weight_decay": 0.1}},
+    "experiments": {"fig2": {"title": "timeout", "plot": "width", "grids": [
+        {"series": "one cell", "tasks": ["L32"], "models": ["attention"], "widths": [32], "layers": [2],
+         "lrs": [1.0e-3], "seeds": [0], "recipe": "long"}]}},
+}
+
+
+@pytest.fixture(scope="module")
+def timed_out(cluster, tmp_path_factory):
+    """One long cell through the profile whose first attempt gets a 1-minute limit: Slurm ends it
+    with SIGTERM, the retry (10 minutes) must resume from the checkpoint. Started early, so that
+    it runs alongside the other runs."""
+    import yaml
+
+    wd = copy_workflow(tmp_path_factory.mktemp("timeout") / "wf")
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())
+    cfg["scales"]["tiny"] = TIMEOUT_SCALE
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    cell = Grid(cfg, "tiny").all_cells()[0].path
+    proc = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", f"{cell}/result.json", "--sdm", "env-modules",
+                                         "--set-resources", "train:runtime=1 if attempt == 1 else 10"],
+                            cwd=wd, env={**cluster.env, "ARREPRO_SCALE": "tiny"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield proc, wd / cell
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def untimed(obj):
     if isinstance(obj, list):
         return [untimed(x) for x in obj]
@@ -269,14 +310,14 @@ def read_table(path: Path) -> list[dict]:
 
 
 @pytest.mark.slurm
-def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, tmp_path, config):
+def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, timed_out, tmp_path, config):
     via_slurm, local = copy_workflow(tmp_path / "slurm"), copy_workflow(tmp_path / "local")
     t0 = time.monotonic()
     run = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "all", "--sdm", "env-modules"], cwd=via_slurm,
                            env={**cluster.env, "ARREPRO_SCALE": "tiny"},
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        ref = subprocess.run(SNAKEMAKE + ["--cores", "2", "--config", "scale=tiny", "all"], cwd=local,
+        ref = subprocess.run(SNAKEMAKE + ["all", "--cores", "2", "--config", "scale=tiny"], cwd=local,
                              capture_output=True, text=True, timeout=900)
         assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
         log, _ = run.communicate(timeout=1200)
@@ -333,3 +374,25 @@ def test_a_failing_job_is_reported_failed_after_retries_with_more_time(cluster, 
     # keep-going: the other job finished, on one of the (fake) GPUs
     assert re.match(r"CUDA_VISIBLE_DEVICES=[01] ", (wd / "gpu.txt").read_text())
     assert any("gres/gpu=1" in j["AllocTRES"] and j["State"] == "COMPLETED" for j in jobs)
+
+
+@pytest.mark.slurm
+def test_a_cell_killed_at_its_time_limit_resumes_in_the_retry(cluster, timed_out):
+    proc, cell = timed_out
+    log, _ = proc.communicate(timeout=1200)
+    assert proc.returncode == 0, log[-6000:]
+    jobs = sacct(cluster, submitted(log))
+    assert [j["State"] for j in jobs][-2:] == ["TIMEOUT", "COMPLETED"], jobs
+    assert [j["Timelimit"] for j in jobs][-2:] == ["00:01:00", "00:10:00"]
+    # the retry went on from where the first attempt stopped (its SIGTERM checkpoint or its last
+    # epoch's), and the record is whole: every epoch once, in order
+    train_log = (cell / "train.log").read_text()
+    resumed = re.search(r"resumed from checkpoint at epoch (\d+) batch (\d+)", train_log)
+    assert resumed and int(resumed[1]) + int(resumed[2]) > 0, train_log
+    rows = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
+    epochs = TIMEOUT_SCALE["recipes"]["long"]["epochs"]
+    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))
+    per_epoch = math.ceil(TIMEOUT_SCALE["tasks"]["L32"]["n_train"] / TIMEOUT_SCALE["recipes"]["long"]["batch_size"])
+    assert [r["step"] for r in rows] == [per_epoch * e for e in range(1, epochs + 1)]
+    result = json.loads((cell / "result.json").read_text())
+    assert result["epochs_run"] == epochs and result["steps"] == rows[-1]["step"]

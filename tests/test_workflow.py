@@ -16,7 +16,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 def copy_workflow(dst: Path) -> Path:
     for name in ("Snakefile", "config.yaml"):
         shutil.copy2(ROOT / name, dst / name)
-    for name in ("workflow", "src", "scripts", "paper"):
+    for name in ("workflow", "src", "scripts", "paper", "envs"):
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     return dst
@@ -35,7 +35,7 @@ TARGETS = ["results/fig2.pdf", "results/tables/cells.csv"]
 
 def planned(wd: Path, *args) -> dict[str, int]:
     """Jobs a dry run would execute, by rule."""
-    out = smk(wd, "-n", "--config", "scale=tiny", *args, *TARGETS).stdout
+    out = smk(wd, "-n", *TARGETS, *args, "--config", "scale=tiny").stdout
     if "Nothing to be done" in out:
         return {}
     table = out.split("Job stats:")[1].split("total")[0]
@@ -52,7 +52,7 @@ def edit_config(wd: Path, fn) -> None:
 def done(tmp_path_factory):
     """A copy of the workflow whose tiny scale has run to the end."""
     wd = copy_workflow(tmp_path_factory.mktemp("wf"))
-    smk(wd, "--cores", "2", "--config", "scale=tiny", *TARGETS)
+    smk(wd, "--cores", "2", *TARGETS, "--config", "scale=tiny")
     assert planned(wd) == {}
     return wd
 
@@ -113,11 +113,37 @@ def test_bad_config_stops_before_any_job_and_names_the_key(tmp_path, edit, key):
 
 
 def test_every_scale_plans(tmp_path):
+    wd = copy_workflow(tmp_path)
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     for scale in cfg["scales"]:
-        assert smk(ROOT, "-n", "--config", f"scale={scale}", "--quiet", "all").returncode == 0
+        assert smk(wd, "-n", "--quiet", "all", "--config", f"scale={scale}").returncode == 0
 
 
 def test_lint_is_clean():
     p = smk(ROOT, "--lint", check=False)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_adding_a_model_trains_only_that_models_cells(wd):
+    edit_config(wd, lambda c: c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0]["models"].append("hyena"))
+    out = smk(wd, "-n", *TARGETS, "--config", "scale=tiny").stdout
+    trained = set(re.findall(r"results/cells/[^/]+/(\w+)/[^\s,]+/result\.json", out.split("Job stats:")[0]))
+    assert planned(wd)["train"] == 2 and trained == {"hyena"}
+
+
+def test_each_figure_pulls_exactly_its_experiments_cells(tmp_path):
+    """On the demo scale, with nothing built: a figure's or table's target schedules the
+    training of exactly the cells its experiment names (and a cell two experiments share is
+    one job)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from arrepro.grid import Grid
+
+    wd = copy_workflow(tmp_path)
+    grid = Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "demo")
+    for exp, e in grid.experiments.items():
+        target = f"results/{exp}.pdf" if "plot" in e else f"results/{exp}.tex"
+        out = smk(wd, "-n", target, "--config", "scale=demo").stdout
+        blocks = [b for b in out.split("\n\n") if re.search(r"rule train:", b)]
+        scheduled = {re.search(r"output: (\S+)/result\.json", b).group(1) for b in blocks}
+        assert len(blocks) == len(scheduled), f"{exp}: a cell is scheduled twice"
+        assert scheduled == {c.path for c in grid.experiment_cells(exp)}, exp

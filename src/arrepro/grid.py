@@ -11,6 +11,7 @@ same folder and it is trained once.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -31,6 +32,11 @@ def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
     train rule declares them as inputs (Snakemake does not track imported modules), and a
     checkpoint is resumed only if their contents are unchanged. A mixer file that imports a
     sibling mixer (``from .deltanet import ...``) depends on that file too."""
+    return list(_train_sources(mixer, str(root)))
+
+
+@functools.lru_cache(maxsize=None)
+def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     pkg = "src/arrepro"
     files = [f"{pkg}/train.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
              f"{pkg}/models/registry.py"]
@@ -43,7 +49,7 @@ def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
         path = Path(root) / pkg / "models" / "mixers" / f"{name}.py"
         if path.exists():
             todo += re.findall(r"^from \.(\w+) import", path.read_text(), re.M)
-    return files + [f"{pkg}/models/mixers/{m}.py" for m in seen]
+    return tuple(files + [f"{pkg}/models/mixers/{m}.py" for m in seen])
 
 
 def short_hash(obj) -> str:
@@ -96,6 +102,7 @@ class Grid:
         self.recipe_names = {n: recipe_id(n, r) for n, r in self.scale["recipes"].items()}
         self.recipes = {self.recipe_names[n]: {"name": n, **r} for n, r in self.scale["recipes"].items()}
         self.experiments = self.scale["experiments"]
+        self._specs: dict[tuple, dict] = {}
         self._check()
 
     # -- validation beyond the schema -------------------------------------------------------
@@ -183,7 +190,14 @@ class Grid:
         return {m: self.models[m] for m in names}
 
     def cell_spec(self, task: str, model: str, width, layers, recipe: str, lr, seed) -> dict:
-        """Everything a training run needs, resolved from the config (the rule's params)."""
+        """Everything a training run needs, resolved from the config (the rule's params).
+        Memoised: the rules ask for it several times per job, for thousands of jobs."""
+        key = (task, model, str(width), str(layers), recipe, str(lr), str(seed))
+        if key not in self._specs:
+            self._specs[key] = self._cell_spec(task, model, width, layers, recipe, lr, seed)
+        return self._specs[key]
+
+    def _cell_spec(self, task, model, width, layers, recipe, lr, seed) -> dict:
         t, r, m = self.tasks[task], self.recipes[recipe], self.models[model]
         return {
             "task": task, "task_name": t["name"], "task_def": {k: v for k, v in t.items() if k != "name"},

@@ -6,9 +6,11 @@
 # Installs Debian's packages if missing (munge, MariaDB, slurmdbd, slurmctld, slurmd, client),
 # then starts, each by hand and with every file under STATE_DIR: munged (own socket), mariadbd
 # (127.0.0.1, a free port), slurmdbd, slurmctld and slurmd (free ports), and waits until the
-# node is idle. The node has two fake GPUs (character devices, copies of /dev/null) in both
-# partitions. Needs root and no systemd. Writes STATE_DIR/env (source it: SLURM_CONF, the
-# munge socket) and one pid file per daemon under STATE_DIR/pids; stop_cluster.sh stops them.
+# node is idle. The node has two fake GPUs (character devices, copies of /dev/null) and is in
+# both partitions; the account `arrepro` is root's default. Needs root, works without systemd.
+# Writes STATE_DIR/env (source it: SLURM_CONF) and one pid file per daemon under
+# STATE_DIR/pids; stop_cluster.sh stops them. Outside STATE_DIR it touches only the Debian
+# packages and, while the cluster runs, a link /etc/slurm/slurm.conf (see below).
 # Exit status 77: the Debian packages could not be installed (the caller skips).
 set -euo pipefail
 
@@ -143,7 +145,14 @@ export SLURM_CONF="$STATE/etc/slurm.conf"
 # SLURM_CONF included, so that srun reads the default /etc/slurm/slurm.conf. Point it at this
 # cluster while it runs (stop_cluster.sh removes the link); never replace a real one.
 DEFAULT_CONF=/etc/slurm/slurm.conf
-if [ -L "$DEFAULT_CONF" ] && [ ! -e "$DEFAULT_CONF" ]; then rm -f "$DEFAULT_CONF"; fi  # a dead test link
+if [ -L "$DEFAULT_CONF" ]; then  # left by an earlier test cluster?
+    OLD_STATE=$(dirname "$(dirname "$(readlink "$DEFAULT_CONF")")")
+    if [ -f "$OLD_STATE/default_conf_link" ] && [ -s "$OLD_STATE/pids/slurmctld.pid" ] \
+            && kill -0 "$(cat "$OLD_STATE/pids/slurmctld.pid")" 2>/dev/null; then
+        die "another test cluster is running; stop it: tests/slurm/stop_cluster.sh $OLD_STATE"
+    fi
+    [ -f "$OLD_STATE/default_conf_link" ] || [ ! -e "$DEFAULT_CONF" ] && rm -f "$DEFAULT_CONF"
+fi
 if [ -e "$DEFAULT_CONF" ] || [ -L "$DEFAULT_CONF" ]; then
     die "$DEFAULT_CONF exists (another Slurm cluster on this machine?); not touching it"
 fi
