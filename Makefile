@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	snakemake --cores $(CORES) all
+	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
 
 test: setup
 	$(PY) -m pytest -q

@@ -154,7 +154,7 @@ def test_a_checkpoint_of_other_code_is_not_resumed(data, tmp_path, monkeypatch):
     extra = tmp_path / "model_source.py"
     extra.write_text("# version 1\n")
     real = train.train_sources
-    monkeypatch.setattr(train, "train_sources", lambda mixer: real(mixer) + [str(extra)])
+    monkeypatch.setattr(train, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
     out = tmp_path / "cell"
     with pytest.raises(SystemExit):
         train_cell(spec(), data, out, threads=1, log=quiet, stop_after_steps=20)

@@ -27,6 +27,17 @@ class ConfigError(ValueError):
     """A config value that the schema cannot catch (a dangling reference, say); names its key."""
 
 
+def prepare_job_environment(root: str | Path) -> None:
+    """Let jobs import this package from ``root/src`` and run the interpreter that runs the
+    workflow (an activated conda env, when one is used, comes first on PATH anyway)."""
+    import os
+    import sys
+
+    env = os.environ
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(root) / "src"), env.get("PYTHONPATH", "")])
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+
+
 def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
     """Source files (relative to the repository root) that shape a cell of this mixer. The
     train rule declares them as inputs (Snakemake does not track imported modules), and a

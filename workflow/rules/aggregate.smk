@@ -6,11 +6,13 @@ rule aggregate:
         cells="results/tables/{exp}_cells.csv",
         best="results/tables/{exp}_best.csv",
     input:
-        results=lambda wc: [c.path + "/result.json" for c in GRID.experiment_cells(wc.exp)],
+        results=lambda wc: cell_results(GRID.experiment_cells(wc.exp)),
         src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
     params:
         series=lambda wc: GRID.series_of(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
+    log:
+        "results/logs/aggregate/{exp}.log",
     wildcard_constraints:
         exp=one_of(EXPERIMENTS),
     conda:
@@ -22,8 +24,10 @@ rule aggregate:
 rule cells_table:
     output:
         "results/tables/cells.csv",
+    log:
+        "results/logs/aggregate/cells.log",
     input:
-        results=[c.path + "/result.json" for c in GRID.all_cells()],
+        results=cell_results(GRID.all_cells()),
         src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
     conda:
         "../../envs/plots.yaml"

@@ -2,22 +2,12 @@
 # experiment's aggregated tables.
 
 
-def _figure_inputs(wc):
-    exp = GRID.experiments[wc.exp]
-    inputs = {"cells": f"results/tables/{wc.exp}_cells.csv", "best": f"results/tables/{wc.exp}_best.csv"}
-    if "published" in exp:
-        inputs["published"] = exp["published"]
-    if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics
-        inputs["metrics"] = [c.path + "/metrics.jsonl" for c in GRID.experiment_cells(wc.exp)]
-    return inputs
-
-
 rule figure:
     output:
         pdf="results/{exp}.pdf",
         png="results/{exp}.png",
     input:
-        unpack(_figure_inputs),
+        unpack(figure_inputs),
         src=["src/arrepro/plots.py", "scripts/plot_figure.py"],
     params:
         plot=lambda wc: GRID.experiments[wc.exp]["plot"],
@@ -25,6 +15,8 @@ rule figure:
         scale=GRID.scale_name,
         metric=lambda wc: GRID.metric(wc.exp),
         reference_lrs=lambda wc: GRID.reference_lrs(wc.exp),
+    log:
+        "results/logs/figures/{exp}.log",
     wildcard_constraints:
         exp=one_of(FIGURES),
     conda:
@@ -46,6 +38,8 @@ rule table:
         models=lambda wc: GRID.experiment_models(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
         scale=GRID.scale_name,
+    log:
+        "results/logs/tables/{exp}.log",
     wildcard_constraints:
         exp=one_of(TABLES),
     conda:

@@ -2,26 +2,22 @@
 # The model's source files are declared inputs: editing a mixer reruns only its cells.
 
 
-def _mixer(wc):
-    return GRID.models[wc.model]["mixer"]
-
-
 from arrepro import resources as cluster  # noqa: E402  (wall time, memory, groups of a cell)
 
 
 rule train:
     output:
-        result=CELL_PATTERN + "/result.json",
-        metrics=CELL_PATTERN + "/metrics.jsonl",
+        result=CELL_RESULT,
+        metrics=CELL_METRICS,
     input:
         train="results/data/{task}/train.npz",
         test="results/data/{task}/test.npz",
-        src=lambda wc: train_sources(_mixer(wc), ROOT) + ["scripts/train_cell.py"],
+        src=lambda wc: train_sources(mixer_of(wc), ROOT) + ["scripts/train_cell.py"],
     params:
         cell=lambda wc: json.dumps(GRID.cell_spec(**wc)),
         out=CELL_PATTERN,
     log:
-        CELL_PATTERN + "/train.log",
+        f"{CELL_PATTERN}/train.log",
     wildcard_constraints:
         width=r"\d+",
         layers=r"\d+",

@@ -14,7 +14,7 @@ Per head h (head dim d_h = d_model / num_heads), with state S in R^{d_h x d_h}:
 
 The delta-rule core ``chunk_delta_rule`` below also takes an optional per-head log decay g_t
 (alpha_t = e^{g_t} multiplies the state before the update), which is the Gated DeltaNet rule;
-``gated_deltanet.py`` imports it from here.
+``gated_deltanet.GatedDeltaNet`` subclasses ``DeltaNet`` and adds only the decay and output gate.
 
 Paths:
 * ``forward_portable``: chunked delta rule in the WY / UT-transform form (Yang et al. 2024,
@@ -145,23 +145,31 @@ def delta_rule_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
 
 @register("deltanet")
 class DeltaNet(nn.Module):
+    """Also the base of ``GatedDeltaNet``, which adds its layers in ``_head_projections`` and
+    overrides ``_log_decay``, ``_output_gate`` and ``_kernel_op`` (all trivial here)."""
     kernel_package = "flash-linear-attention"
 
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 2, conv_size: int = 4,
                  norm_eps: float = 1e-5, chunk_size: int = 64):
         super().__init__()
         if d_model % num_heads:
-            raise ValueError(f"deltanet: d_model {d_model} not divisible by num_heads {num_heads}")
+            raise ValueError(f"{self.registry_name}: d_model {d_model} not divisible by num_heads {num_heads}")
         self.h, self.dh, self.max_len, self.chunk_size = num_heads, d_model // num_heads, max_len, chunk_size
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
         self.k_proj = nn.Linear(d_model, d_model, bias=False)
         self.v_proj = nn.Linear(d_model, d_model, bias=False)
-        self.b_proj = nn.Linear(d_model, num_heads, bias=False)
+        self._head_projections(d_model)
         self.q_conv = ShortConv(d_model, conv_size, bias=False, activation="silu")
         self.k_conv = ShortConv(d_model, conv_size, bias=False, activation="silu")
         self.v_conv = ShortConv(d_model, conv_size, bias=False, activation="silu")
         self.o_norm = nn.RMSNorm(self.dh, eps=norm_eps)
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def _head_projections(self, d_model: int) -> None:
+        """The layers made between v_proj and the convolutions: here the beta projection. Where a
+        layer is made fixes its init under a given seed and its place in the parameter order
+        (hence in optimizer state), so a subclass adds its own here, not after __init__."""
+        self.b_proj = nn.Linear(d_model, self.h, bias=False)
 
     @staticmethod
     def expected_parameters(d_model: int, *, max_len: int, num_heads: int = 2, conv_size: int = 4, **_) -> int:
@@ -170,37 +178,52 @@ class DeltaNet(nn.Module):
         return 4 * d_model * d_model + d_model * num_heads + 3 * d_model * conv_size + d_model // num_heads
 
     def _features(self, x: torch.Tensor, conv_path: str):
-        """q (scaled), k, v as (B, H, L, dh) and beta (B, H, L)."""
+        """q (scaled), k, v as (B, H, L, dh); beta and the log decay g (``_log_decay``) as (B, H, L)."""
         heads = lambda t: t.unflatten(-1, (self.h, self.dh)).transpose(1, 2)  # noqa: E731
         q = heads(getattr(self.q_conv, conv_path)(self.q_proj(x)))
         k = heads(getattr(self.k_conv, conv_path)(self.k_proj(x)))
         v = heads(getattr(self.v_conv, conv_path)(self.v_proj(x)))
         q, k = l2norm(q.float()) * self.dh**-0.5, l2norm(k.float())
         beta = torch.sigmoid(self.b_proj(x).float()).transpose(1, 2)
-        return q, k, v, beta
+        return q, k, v, beta, self._log_decay(x)
 
-    def _out(self, o: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """o: (B, H, L, dh) -> per-head RMSNorm (fp32) -> out_proj."""
-        o = self.o_norm(o.float()).to(dtype)
+    def _log_decay(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Per-head log decay g (B, H, L) in fp32; None: DeltaNet has no decay."""
+        return None
+
+    def _output_gate(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Gate on the normalised fp32 output o (B, H, L, dh); DeltaNet has none."""
+        return o
+
+    def _out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """o: (B, H, L, dh) -> per-head RMSNorm (fp32) -> output gate -> out_proj."""
+        o = self._output_gate(self.o_norm(o.float()), x).to(x.dtype)
         return self.out_proj(o.transpose(1, 2).flatten(2))
 
+    @staticmethod
+    def _kernel_op():
+        """fla's chunked op for this layer, None where fla is missing (looked up at call time)."""
+        return fla_chunk_delta_rule
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if fla_chunk_delta_rule is not None and use_kernels(x):
+        if self._kernel_op() is not None and use_kernels(x):
             return self.forward_kernel(x)
         return self.forward_portable(x)
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v, beta = self._features(x, "forward_portable")
-        return self._out(chunk_delta_rule(q, k, v, beta, chunk_size=self.chunk_size), x.dtype)
+        q, k, v, beta, g = self._features(x, "forward_portable")
+        return self._out(chunk_delta_rule(q, k, v, beta, g, chunk_size=self.chunk_size), x)
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v, beta = self._features(x, "forward")
+        q, k, v, beta, g = self._features(x, "forward")
         dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
-        q, k, v = (t.transpose(1, 2).to(dtype).contiguous() for t in (q, k, v))  # fla wants (B, L, H, d)
-        o, _ = fla_chunk_delta_rule(q, k, v, beta.transpose(1, 2).to(dtype).contiguous(), scale=1.0,
-                                    **fla_layout_kwargs(fla_chunk_delta_rule))
-        return self._out(o.transpose(1, 2), x.dtype)
+        # fla wants (B, L, H, d); the gated op takes (q, k, v, g, beta) with g in fp32
+        q, k, v, beta = (t.transpose(1, 2).to(dtype).contiguous() for t in (q, k, v, beta))
+        decay = () if g is None else (g.transpose(1, 2).contiguous(),)
+        op = self._kernel_op()
+        o, _ = op(q, k, v, *decay, beta, scale=1.0, **fla_layout_kwargs(op))
+        return self._out(o.transpose(1, 2), x)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v, beta = self._features(x, "forward_reference")
-        return self._out(delta_rule_reference(q, k, v.float(), beta), x.dtype)
+        q, k, v, beta, g = self._features(x, "forward_reference")
+        return self._out(delta_rule_reference(q, k, v.float(), beta, g), x)

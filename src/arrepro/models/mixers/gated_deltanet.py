@@ -16,7 +16,9 @@ Per head h (d_h = d_model / num_heads), with state S in R^{d_h x d_h}:
 Init as fla: A = Uniform(0, 16), A_log = log A; dt = exp(Uniform(log 1e-3, log 1e-1)) clamped at
 1e-4 and dt_bias = softplus^{-1}(dt).
 
-Paths (the delta-rule core is shared with DeltaNet and lives in ``deltanet.py``):
+``GatedDeltaNet`` subclasses ``deltanet.DeltaNet``: the projections, convolutions, q/k/v/beta,
+norm and all three paths are DeltaNet's; this file adds only the decay, the output gate and the
+kernel op. Paths (the delta-rule core lives in ``deltanet.py``):
 * ``forward_portable``: ``deltanet.chunk_delta_rule`` with the log decay g (chunked WY/UT form,
   decay ratios gamma_t / gamma_i inside the chunk, loop over chunks only).
 * ``forward_reference``: ``deltanet.delta_rule_reference`` (per-timestep loop) with g.
@@ -34,9 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import ShortConv
-from ..registry import register, use_kernels
-from .deltanet import chunk_delta_rule, delta_rule_reference, fla_layout_kwargs, l2norm
+from ..registry import register
+from .deltanet import DeltaNet
 
 try:
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk_gated_delta_rule
@@ -45,29 +46,22 @@ except Exception:  # noqa: BLE001 - any import failure means "no kernel"
 
 
 @register("gated_deltanet")
-class GatedDeltaNet(nn.Module):
-    kernel_package = "flash-linear-attention"
+class GatedDeltaNet(DeltaNet):
+    """DeltaNet (projections, convolutions, q/k/v/beta, norm, all paths) plus the decay (a_proj,
+    A_log, dt_bias), the output gate (g_proj) and fla's gated op; built as DeltaNet is."""
 
-    def __init__(self, d_model: int, *, max_len: int, num_heads: int = 2, conv_size: int = 4,
-                 norm_eps: float = 1e-5, chunk_size: int = 64):
-        super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"gated_deltanet: d_model {d_model} not divisible by num_heads {num_heads}")
-        self.h, self.dh, self.max_len, self.chunk_size = num_heads, d_model // num_heads, max_len, chunk_size
-        self.q_proj = nn.Linear(d_model, d_model, bias=False)
-        self.k_proj = nn.Linear(d_model, d_model, bias=False)
-        self.v_proj = nn.Linear(d_model, d_model, bias=False)
-        self.a_proj = nn.Linear(d_model, num_heads, bias=False)
-        self.b_proj = nn.Linear(d_model, num_heads, bias=False)
-        self.g_proj = nn.Linear(d_model, d_model, bias=False)
-        self.A_log = nn.Parameter(torch.empty(num_heads))
-        self.dt_bias = nn.Parameter(torch.empty(num_heads))
-        self.q_conv = ShortConv(d_model, conv_size, bias=False, activation="silu")
-        self.k_conv = ShortConv(d_model, conv_size, bias=False, activation="silu")
-        self.v_conv = ShortConv(d_model, conv_size, bias=False, activation="silu")
-        self.o_norm = nn.RMSNorm(self.dh, eps=norm_eps)
-        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+    def __init__(self, d_model: int, **kwargs):
+        super().__init__(d_model, **kwargs)
         self.reset_special_parameters()
+
+    def _head_projections(self, d_model: int) -> None:
+        """a_proj, b_proj, g_proj, A_log, dt_bias, in this order (it fixes the init under a seed and
+        the parameter order)."""
+        self.a_proj = nn.Linear(d_model, self.h, bias=False)
+        super()._head_projections(d_model)
+        self.g_proj = nn.Linear(d_model, d_model, bias=False)
+        self.A_log = nn.Parameter(torch.empty(self.h))
+        self.dt_bias = nn.Parameter(torch.empty(self.h))
 
     @staticmethod
     def expected_parameters(d_model: int, *, max_len: int, num_heads: int = 2, conv_size: int = 4, **_) -> int:
@@ -84,41 +78,16 @@ class GatedDeltaNet(nn.Module):
         dt = dt.clamp(min=1e-4)
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^{-1}(dt)
 
-    def _features(self, x: torch.Tensor, conv_path: str):
-        """q (scaled), k, v as (B, H, L, dh); beta and the log decay g as (B, H, L), fp32."""
-        heads = lambda t: t.unflatten(-1, (self.h, self.dh)).transpose(1, 2)  # noqa: E731
-        q = heads(getattr(self.q_conv, conv_path)(self.q_proj(x)))
-        k = heads(getattr(self.k_conv, conv_path)(self.k_proj(x)))
-        v = heads(getattr(self.v_conv, conv_path)(self.v_proj(x)))
-        q, k = l2norm(q.float()) * self.dh**-0.5, l2norm(k.float())
-        beta = torch.sigmoid(self.b_proj(x).float()).transpose(1, 2)
+    def _log_decay(self, x: torch.Tensor) -> torch.Tensor:
+        """g = -exp(A_log) softplus(W_a x + dt_bias): (B, H, L), fp32."""
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
-        return q, k, v, beta, g.transpose(1, 2)
+        return g.transpose(1, 2)
 
-    def _out(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """o: (B, H, L, dh) -> per-head RMSNorm (fp32) * SiLU(gate) -> out_proj."""
+    def _output_gate(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """RMSNorm(o) * SiLU(W_g x), per head, fp32."""
         gate = self.g_proj(x).unflatten(-1, (self.h, self.dh)).transpose(1, 2)
-        o = (self.o_norm(o.float()) * F.silu(gate.float())).to(x.dtype)
-        return self.out_proj(o.transpose(1, 2).flatten(2))
+        return o * F.silu(gate.float())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if fla_chunk_gated_delta_rule is not None and use_kernels(x):
-            return self.forward_kernel(x)
-        return self.forward_portable(x)
-
-    def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v, beta, g = self._features(x, "forward_portable")
-        return self._out(chunk_delta_rule(q, k, v, beta, g, chunk_size=self.chunk_size), x)
-
-    def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v, beta, g = self._features(x, "forward")
-        dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
-        q, k, v = (t.transpose(1, 2).to(dtype).contiguous() for t in (q, k, v))  # fla wants (B, L, H, d)
-        o, _ = fla_chunk_gated_delta_rule(q, k, v, g.transpose(1, 2).contiguous(),
-                                          beta.transpose(1, 2).to(dtype).contiguous(), scale=1.0,
-                                          **fla_layout_kwargs(fla_chunk_gated_delta_rule))
-        return self._out(o.transpose(1, 2), x)
-
-    def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v, beta, g = self._features(x, "forward_reference")
-        return self._out(delta_rule_reference(q, k, v.float(), beta, g), x)
+    @staticmethod
+    def _kernel_op():
+        return fla_chunk_gated_delta_rule

@@ -1,0 +1,44 @@
+# Shared by every stage: the grid of the selected scale and small helpers (no rules here).
+import json
+
+from snakemake.exceptions import WorkflowError
+
+from arrepro.grid import CELL_PATTERN, ConfigError, Grid, prepare_job_environment, train_sources
+
+# Jobs find the package and the interpreter running this workflow (a conda env, when one is
+# used, is activated in front of it).
+prepare_job_environment(ROOT)
+
+try:
+    GRID = Grid(config)
+except (ConfigError, KeyError) as err:
+    raise WorkflowError(f"config.yaml: {err}")
+
+EXPERIMENTS = list(GRID.experiments)
+FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
+TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
+CELL_RESULT = f"{CELL_PATTERN}/result.json"
+CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
+
+
+def one_of(names):
+    """A wildcard constraint matching exactly these names (nothing at all if there are none)."""
+    return "|".join(names) or "(?!x)x"
+
+
+def cell_results(cells):
+    return [f"{c.path}/result.json" for c in cells]
+
+
+def mixer_of(wc):
+    return GRID.models[wc.model]["mixer"]
+
+
+def figure_inputs(wc):
+    exp = GRID.experiments[wc.exp]
+    inputs = {"cells": f"results/tables/{wc.exp}_cells.csv", "best": f"results/tables/{wc.exp}_best.csv"}
+    if "published" in exp:
+        inputs["published"] = exp["published"]
+    if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics
+        inputs["metrics"] = [f"{c.path}/metrics.jsonl" for c in GRID.experiment_cells(wc.exp)]
+    return inputs
