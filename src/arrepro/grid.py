@@ -186,14 +186,10 @@ class Grid:
         return self.experiments[exp].get("metric", self.config["aggregate"]["metric"])
 
     def reference_lrs(self, exp: str) -> list[float]:
-        """Learning rates drawn as dashed lines: those of a series named 'replication...', or
-        else Zoology's grid (config lr_grids.zoology) where present."""
-        for g in self.experiments[exp]["grids"]:
-            if g.get("series", "").startswith("replication"):
-                return self.lrs(g)
-        if self.scale_name != "paper" and "demo_coarse" in self.config["lr_grids"]:
-            return [float(x) for x in self.config["lr_grids"]["demo_coarse"]]
-        return [float(x) for x in self.config["lr_grids"].get("zoology", [])]
+        """Learning rates an experiment's figure marks as dashed lines (its ``reference_lrs``:
+        an lr grid's name or a list), e.g. Zoology's grid in Fig. 1; none by default."""
+        ref = self.experiments[exp].get("reference_lrs")
+        return [] if ref is None else self.lrs({"lrs": ref}, f"scales.{self.scale_name}.experiments.{exp}.reference_lrs")
 
     def experiment_models(self, exp: str) -> dict:
         """The definitions of the models an experiment names, in its order."""

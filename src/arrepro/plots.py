@@ -85,6 +85,9 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
         for lr in reference_lrs:
             ax.axvline(lr, color="0.4", ls="--", lw=0.9, zorder=0)
         ax.set_xscale("log")
+        lrs = sorted(sub["lr"].unique())
+        ax.set_xticks(lrs, [f"{lr:.3g}" for lr in lrs], rotation=45, fontsize=7)
+        ax.minorticks_off()
         ax.set_xlabel("learning rate")
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"L={p['seq_len']} ({p['task_name']}), width {p['width']}, {p['layers']} layer(s)", fontsize=9)
