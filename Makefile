@@ -20,7 +20,7 @@ demo: setup
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=12
 
 bench: setup
 	$(PY) scripts/bench_train_step.py

@@ -127,7 +127,7 @@ def test_lint_is_clean():
 def test_adding_a_model_trains_only_that_models_cells(wd):
     edit_config(wd, lambda c: c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0]["models"].append("hyena"))
     out = smk(wd, "-n", *TARGETS, "--config", "scale=tiny").stdout
-    trained = set(re.findall(r"results/cells/[^/]+/(\w+)/[^\s,]+/result\.json", out.split("Job stats:")[0]))
+    trained = set(re.findall(r"output: results/cells/[^/]+/(\w+)/[^\s,]+/result\.json", out))
     assert planned(wd)["train"] == 2 and trained == {"hyena"}
 
 
