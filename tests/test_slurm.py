@@ -15,6 +15,7 @@ its checkpoint in the retry; every daemon is stopped by PID. The three runs shar
 run at the same time (~6 minutes in all, mostly the plugin's status polling). Skipped, saying why, where the
 machine cannot install Debian packages (not root, no apt-get, or apt-get fails).
 """
+import contextlib
 import csv
 import json
 import math
@@ -238,17 +239,12 @@ def sacct(cluster: Cluster, ids: list[str]) -> list[dict]:
     return [dict(zip(fields, line.split("|"))) for line in p.stdout.splitlines() if line]
 
 
-@pytest.fixture(scope="module")
-def failing(cluster, tmp_path_factory):
-    """tests/slurm/Snakefile through the profile, started early so that it runs alongside the
-    smoke grid (both mostly wait for Slurm)."""
-    wd = tmp_path_factory.mktemp("failing")
-    shutil.copy(HERE / "Snakefile", wd / "Snakefile")
-    shutil.copytree(ROOT / "slurm", wd / "slurm")
-    proc = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "--sdm", "env-modules"], cwd=wd, env=cluster.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+@contextlib.contextmanager
+def background(cmd, cwd, env):
+    """A command that runs while the tests go on; terminated (killed after 60 s) at the end."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        yield proc, wd
+        yield proc
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -257,6 +253,17 @@ def failing(cluster, tmp_path_factory):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def failing(cluster, tmp_path_factory):
+    """tests/slurm/Snakefile through the profile, started early so that it runs alongside the
+    smoke grid (both mostly wait for Slurm)."""
+    wd = tmp_path_factory.mktemp("failing")
+    shutil.copy(HERE / "Snakefile", wd / "Snakefile")
+    shutil.copytree(ROOT / "slurm", wd / "slurm")
+    with background(SNAKEMAKE + ["--profile", "slurm", "--sdm", "env-modules"], wd, cluster.env) as proc:
+        yield proc, wd
 
 
 TIMEOUT_SCALE = {  # one CPU cell of ~2 minutes, far past the 1-minute limit of its first attempt
@@ -287,21 +294,11 @@ def timed_out(cluster, tmp_path_factory):
                    cwd=wd, check=True, capture_output=True, timeout=300)
     cell = cell.path
     # the time limits of this scenario, and quicker status checks than the profile's (for speed)
-    proc = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", f"{cell}/result.json", "--sdm", "env-modules",
-                                         "--set-resources", "train:runtime=1 if attempt == 1 else 10",
-                                         "--slurm-init-seconds-before-status-checks", "10"],
-                            cwd=wd, env={**cluster.env, "ARREPRO_SCALE": "tiny"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    cmd = SNAKEMAKE + ["--profile", "slurm", f"{cell}/result.json", "--sdm", "env-modules",
+                       "--set-resources", "train:runtime=1 if attempt == 1 else 10",
+                       "--slurm-init-seconds-before-status-checks", "10"]
+    with background(cmd, wd, {**cluster.env, "ARREPRO_SCALE": "tiny"}) as proc:
         yield proc, wd / cell
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def untimed(obj):
