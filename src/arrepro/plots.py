@@ -20,6 +20,15 @@ def _label(row, multi_layers: bool) -> str:
     return f"{row['model']} ({row['layers']}L)" if multi_layers else str(row["model"])
 
 
+def _legend_entries(axes):
+    """Every distinct legend entry of all panels (a model missing from one panel still shows)."""
+    entries = {}
+    for ax in axes:
+        for h, name in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(name, h)
+    return list(entries.values()), list(entries)
+
+
 def _finish(fig, title: str, scale: str, paths) -> None:
     fig.suptitle(f"{title}\nscale: {scale}", fontsize=11)
     fig.tight_layout()
@@ -59,7 +68,7 @@ def width_figure(best, cells, title, scale, paths, published=None, **_):
         ax.set_xlabel("model width")
         ax.set_ylim(-0.03, 1.03)
     axes[0][0].set_ylabel("accuracy (best over LR)")
-    handles, names = axes[0][-1].get_legend_handles_labels()
+    handles, names = _legend_entries(axes[0])
     fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
     _finish(fig, title, scale, paths)
 
@@ -75,7 +84,7 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
     models = list(dict.fromkeys(cells["model"]))
     colors = dict(zip(models, sns.color_palette("tab10", len(models))))
     n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(3.6 * n + 1.6, 3.3), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n + 1.6, 3.3), squeeze=False, sharex=True, sharey=True)
     for ax, (_, p) in zip(axes[0], panels.iterrows()):
         sub = per_lr[(per_lr["seq_len"] == p["seq_len"]) & (per_lr["width"] == p["width"]) & (per_lr["layers"] == p["layers"])]
         for model, g in sub.groupby("model", sort=False):
@@ -92,7 +101,7 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"L={p['seq_len']} ({p['task_name']}), width {p['width']}, {p['layers']} layer(s)", fontsize=9)
     axes[0][0].set_ylabel(metric.replace("_", " "))
-    handles, names = axes[0][-1].get_legend_handles_labels()
+    handles, names = _legend_entries(axes[0])
     if reference_lrs:
         handles.append(plt.Line2D([], [], color="0.4", ls="--"))
         names.append("coarse (Zoology-style) LR grid")
