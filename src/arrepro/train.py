@@ -131,8 +131,9 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
 
     torch.manual_seed(spec["seed"])
     model = build_model(spec, vocab, xtr.shape[1]).to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    decay, no_decay = [], []  # weight decay on matrices, not on embeddings, norms and biases
+    for n, p in model.named_parameters():
+        (decay if p.dim() >= 2 and "embed" not in n else no_decay).append(p)
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": recipe["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=spec["lr"], betas=tuple(recipe.get("betas", (0.9, 0.999))),
