@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from arrepro.aggregate import best_over_lr
-from arrepro.grid import Grid
+from arrepro.grid import Grid, task_seq_len
 from arrepro.paper import BEST_COLUMNS, grid_meta, is_replication, write_paper_inputs
 
 try:
@@ -67,7 +67,7 @@ def fabricate_cells(grid: Grid, exp: str, rng) -> pd.DataFrame:
             rows.append({
                 "series": g.get("series", "main"), "task": c.task, "task_name": task["name"], "model": c.model,
                 "mixer": grid.models[c.model]["mixer"], "width": c.width, "layers": c.layers, "recipe": c.recipe,
-                "lr": float(c.lr), "seed": c.seed, "seq_len": task.get("seq_len", task.get("context_len")),
+                "lr": float(c.lr), "seed": c.seed, "seq_len": task_seq_len(task),
                 "final_accuracy": rng.uniform(0, 0.9), "best_accuracy": rng.uniform(0, 0.9),
                 metric: rng.uniform(0, 0.9),
                 "diverged": bool(rng.random() < 0.02), "parameters": 1000 * c.width * c.layers,

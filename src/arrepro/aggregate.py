@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .grid import task_seq_len
+
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
 
@@ -20,8 +22,7 @@ def load_results(paths: list[str | Path]) -> pd.DataFrame:
     for p in paths:
         r = json.loads(Path(p).read_text())
         cell = r.pop("cell")
-        task = cell["task_def"]
-        r["seq_len"] = task.get("seq_len", task.get("context_len"))
+        r["seq_len"] = task_seq_len(cell["task_def"])
         r["cell_dir"] = str(Path(p).parent)
         rows.append(r)
     df = pd.DataFrame(rows)

@@ -63,6 +63,16 @@ def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     return tuple(files + [f"{pkg}/models/mixers/{m}.py" for m in seen])
 
 
+def task_seq_len(task: dict) -> int:
+    """The length of a task's model inputs: MQAR's ``seq_len``; the copy task's padded example
+    (``CopySpec.seq_len``, which depends on ``max_len``)."""
+    if task.get("kind") == "copy":
+        from .data.copying import CopySpec
+
+        return CopySpec(**{k: task[k] for k in CopySpec.__dataclass_fields__ if k in task}).seq_len
+    return int(task["seq_len"])
+
+
 def short_hash(obj) -> str:
     return hashlib.sha1(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:6]
 
@@ -152,7 +162,7 @@ class Grid:
         bs = recipe["batch_size"]
         if isinstance(bs, int):
             return bs
-        L = task.get("seq_len", task.get("context_len"))
+        L = task_seq_len(task)
         for bound in sorted(int(k) for k in bs):  # the first bound >= L
             if L <= bound:
                 return int(bs[bound] if bound in bs else bs[str(bound)])

@@ -49,6 +49,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .grid import task_seq_len
+
 # ------------------------------------------------------------------------------ constants
 MAX_RUNTIME_MIN = 24 * 60  # a retry never asks for more than this; raise it if your partition allows
 GROUP_TARGET_MIN = 240  # about this much requested time per grouped Slurm job
@@ -110,12 +112,8 @@ def _device(spec: dict) -> Device:
 def _task_shape(spec: dict) -> tuple[int, int, int, int, int]:
     """(sequence length, train examples, test examples, vocabulary, labelled positions)."""
     t = spec["task_def"]
-    if t.get("kind") == "copy":
-        T = int(t.get("context_len", 2 * t.get("max_len", 64) + 2))
-        labels = int(t.get("max_len", T // 2))
-    else:
-        T = int(t["seq_len"])
-        labels = int(t.get("num_kv_pairs", 1))
+    T = task_seq_len(t)
+    labels = int(t["max_len"] + 1 if t.get("kind") == "copy" else t["num_kv_pairs"])  # copy: the string and EOS
     return T, int(t.get("n_train", 0)), int(t.get("n_test", 0)), int(t.get("vocab_size", 0)), labels
 
 
