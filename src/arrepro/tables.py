@@ -61,7 +61,8 @@ def copy_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
     for _, r in best.iterrows():
         rows.append({"Architecture": _model_label(models, r["model"]), "# Layers": int(r["layers"]),
                      "Width": int(r["width"]), "# Parameters (M)": f"{r['parameters'] / 1e6:.2f}",
-                     "Accuracy (%)": f"{100 * r['mean']:.0f} ± {100 * r['std']:.0f}"})
+                     "Accuracy (%)": f"{100 * r['mean']:.0f} ± {100 * r['std']:.0f}",
+                     "Best LR": f"{r['best_lr']:.3g}", "LRs tried": int(r["n_lrs"])})
     return pd.DataFrame(rows)
 
 
