@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -56,3 +57,5 @@ def test_every_figure_and_table_renders(tmp_path, scale):
         assert (wd / t).stat().st_size > (5000 if t.endswith(".png") else 200), t
     for e in tables:
         assert "tabular" in (wd / f"results/{e}.tex").read_text(), e
+    every = pd.read_csv(wd / "results/tables/cells.csv")  # every cell once, shared ones included
+    assert sorted(every["cell_dir"]) == sorted(c.path for c in grid.all_cells())

@@ -67,3 +67,13 @@ def write_tables(result_paths, cells_csv, best_csv=None, series=None, metric="fi
     df.to_csv(cells_csv, index=False)
     if best_csv is not None:
         best_over_lr(df, metric).to_csv(best_csv, index=False)
+
+
+def merge_cell_tables(cell_csvs, out_csv) -> None:
+    """One row per cell, from the experiments' cell tables (a cell shared by experiments or
+    series appears once): the same rows as ``write_tables`` over every cell's result, read from a
+    handful of tables instead of thousands of result files."""
+    df = pd.concat([pd.read_csv(p) for p in cell_csvs], ignore_index=True).drop(columns="series")
+    df = df.drop_duplicates("cell_dir").sort_values(CONFIG_KEYS[:-2] + ["lr", "seed"])
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_csv, index=False)
