@@ -29,7 +29,7 @@ def load_results(paths: list[str | Path]) -> pd.DataFrame:
     if df.empty:
         return df
     first = [c for c in CONFIG_KEYS + ["seq_len"] if c in df.columns]
-    return df[first + [c for c in df.columns if c not in first]].sort_values(CONFIG_KEYS[:-2] + ["lr", "seed"])
+    return df[first + [c for c in df.columns if c not in first]].sort_values(CONFIG_KEYS)
 
 
 def assign_series(df: pd.DataFrame, series: list[dict]) -> pd.DataFrame:
@@ -74,6 +74,6 @@ def merge_cell_tables(cell_csvs, out_csv) -> None:
     series appears once): the same rows as ``write_tables`` over every cell's result, read from a
     handful of tables instead of thousands of result files."""
     df = pd.concat([pd.read_csv(p) for p in cell_csvs], ignore_index=True).drop(columns="series")
-    df = df.drop_duplicates("cell_dir").sort_values(CONFIG_KEYS[:-2] + ["lr", "seed"])
+    df = df.drop_duplicates("cell_dir").sort_values(CONFIG_KEYS)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)
