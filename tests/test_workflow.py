@@ -102,6 +102,8 @@ def test_editing_an_unused_mixer_reruns_nothing(wd):
     (lambda c: c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0].update(models=["atention"]), "models"),
     (lambda c: c["models"]["attention"].update(mixer="atention"), "models.attention.mixer"),
     (lambda c: c["scales"]["tiny"]["recipes"]["tiny"].update(schedule="cosne"), "schedule"),
+    # a task key no code reads (the input length is seq_len) is refused, not silently ignored
+    (lambda c: c["scales"]["tiny"]["tasks"]["L16"].update(context_len=32), "context_len"),
 ])
 def test_bad_config_stops_before_any_job_and_names_the_key(tmp_path, edit, key):
     wd = copy_workflow(tmp_path)
