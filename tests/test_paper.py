@@ -19,7 +19,8 @@ import yaml
 
 from arrepro.aggregate import best_over_lr
 from arrepro.grid import Grid, task_seq_len
-from arrepro.paper import BEST_COLUMNS, grid_meta, is_replication, write_paper_inputs
+from arrepro.paper import (BEST_COLUMNS, Results, claim_depth_helps_attention, grid_meta, is_replication,
+                           write_paper_inputs)
 
 try:
     from arrepro.tables import render_table
@@ -161,3 +162,16 @@ def test_a_missing_column_fails_loudly(tmp_path, config):
     with pytest.raises(ValueError, match="n_seeds"):
         write_paper_inputs(meta, {exp: tmp_path / "best.csv"}, {exp: tmp_path / "cells.csv"},
                            tmp_path / "numbers.tex", tmp_path / "setup.tex")
+
+
+def test_depth_claim_compares_depths_at_one_width():
+    """Fig. 4's "attention improves with depth": 4 layers against 2 at width 16, not against the
+    best 2-layer model at any width (which a width-32 model would win)."""
+    rows = [(32, 2, 0.99), (16, 2, 0.19), (16, 4, 0.90)]
+    best = pd.DataFrame([{"series": "s", "model": "attention", "task": "t", "width": w, "layers": n,
+                          "recipe": "r", "mean": m, "metric": "final_accuracy"} for w, n, m in rows])
+    exp = {"title": "fig4", "grids": [{"series": "s", "lrs": [1e-3]}]}
+    text, consistent = claim_depth_helps_attention(Results("fig4", exp, best, pd.DataFrame(), []))
+    assert consistent and text.startswith("width 16:")
+    best.loc[best["layers"] == 4, "mean"] = 0.10  # depth hurts at width 16
+    assert not claim_depth_helps_attention(Results("fig4", exp, best, pd.DataFrame(), []))[1]

@@ -281,11 +281,17 @@ def claim_width_helps(e: Results):
 
 
 def claim_depth_helps_attention(e: Results):
+    """Shallowest against deepest attention at one width: the narrowest width trained at two or
+    more depths (comparing across widths would credit depth with what width did)."""
     r = e.rows("attention")
-    if r["layers"].nunique() < 2:
+    depths = r.groupby("width")["layers"].nunique()
+    if not (depths >= 2).any():
         return None
-    lo, hi = e.acc("attention", r["layers"].min()), e.acc("attention", r["layers"].max())
-    return f"{r['layers'].min()} layer(s) {pct(lo)}, {r['layers'].max()} layers {pct(hi)}", hi > lo
+    w = int(depths[depths >= 2].index.min())
+    r = r[r["width"] == w]
+    lmin, lmax = r["layers"].min(), r["layers"].max()
+    lo, hi = (float(r.loc[r["layers"] == n, "mean"].max()) for n in (lmin, lmax))
+    return f"width {w}: {lmin} layer(s) {pct(lo)}, {lmax} layers {pct(hi)}", hi > lo
 
 
 def claim_wide_beats_deep(e: Results, model="mamba"):
