@@ -170,17 +170,19 @@ class Results:
         self.best, self.cells = best, cells
         self.reference_lrs = [float(x) for x in reference_lrs]
 
-    def rows(self, model=None, layers=None, part="main", cells=False) -> pd.DataFrame:
+    def rows(self, model=None, layers=None, part="main", cells=False, width=None) -> pd.DataFrame:
         df = self.cells if cells else self.best
         keep = df["series"].isin(self.series[part])
         if model is not None:
             keep &= df["model"] == model
         if layers is not None:
             keep &= df["layers"] == layers
+        if width is not None:
+            keep &= df["width"] == width
         return df[keep].drop_duplicates("cell_dir" if cells else ["task", "model", "width", "layers", "recipe"])
 
-    def acc(self, model, layers=None, how="max") -> float | None:
-        r = self.rows(model, layers)
+    def acc(self, model, layers=None, how="max", width=None) -> float | None:
+        r = self.rows(model, layers, width=width)
         return None if r.empty else float(r["mean"].agg(how))
 
     def good_lrs(self, model) -> int | None:
@@ -288,9 +290,8 @@ def claim_depth_helps_attention(e: Results):
     if not (depths >= 2).any():
         return None
     w = int(depths[depths >= 2].index.min())
-    r = r[r["width"] == w]
-    lmin, lmax = r["layers"].min(), r["layers"].max()
-    lo, hi = (float(r.loc[r["layers"] == n, "mean"].max()) for n in (lmin, lmax))
+    lmin, lmax = r.loc[r["width"] == w, "layers"].agg(["min", "max"])
+    lo, hi = e.acc("attention", lmin, width=w), e.acc("attention", lmax, width=w)
     return f"width {w}: {lmin} layer(s) {pct(lo)}, {lmax} layers {pct(hi)}", hi > lo
 
 
