@@ -146,23 +146,55 @@ def test_a_checkpoint_of_another_cell_is_not_resumed(data, tmp_path):
     assert_same_cell(tmp_path, fresh)
 
 
-def test_a_checkpoint_of_other_code_is_not_resumed(data, tmp_path, monkeypatch):
-    """Editing a source file that shapes the cell (here a stand-in added to the tracked list)
-    invalidates its checkpoint."""
+def restart_logs(data, out: Path) -> list[str]:
+    """The log of a restart of spec() in ``out``, stopped after its first step."""
+    logs = []
+    with pytest.raises(SystemExit):
+        train_cell(spec(), data, out, threads=1, log=logs.append, stop_after_steps=1)
+    return logs
+
+
+def resumed(logs: list[str]) -> bool:
+    return any("resumed from checkpoint" in line for line in logs)
+
+
+@pytest.mark.parametrize("tracked", ["train_sources", "DATA_SOURCES"])
+@pytest.mark.parametrize("edit, resumes", [
+    ("x = 2\n", False),  # code: another cell
+    ('"""A docstring."""\nx = 1  # a comment\n\n', True),  # comments, docstrings, blank lines: the same cell
+])
+def test_a_checkpoint_is_resumed_only_by_the_same_code(data, tmp_path, monkeypatch, tracked, edit, resumes):
+    """Editing a source that shapes the cell (a stand-in added to the training sources, or to the
+    data generator's) invalidates its checkpoint; editing only its comments or docstrings does not."""
     import arrepro.train as train
 
     extra = tmp_path / "model_source.py"
-    extra.write_text("# version 1\n")
-    real = train.train_sources
-    monkeypatch.setattr(train, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
+    extra.write_text("x = 1\n")
+    if tracked == "train_sources":
+        real = train.train_sources
+        monkeypatch.setattr(train, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
+    else:  # raising=False: code without DATA_SOURCES fails this test by resuming, not by a missing name
+        monkeypatch.setattr(train, "DATA_SOURCES", (*getattr(train, "DATA_SOURCES", ()), str(extra)), raising=False)
     out = tmp_path / "cell"
     with pytest.raises(SystemExit):
         train_cell(spec(), data, out, threads=1, log=quiet, stop_after_steps=20)
-    extra.write_text("# version 2\n")
-    logs = []
-    train_cell(spec(), data, out, threads=1, log=logs.append)
-    assert any("fingerprint differs" in line for line in logs)
-    assert not any("resumed" in line for line in logs)
+    extra.write_text(edit)
+    logs = restart_logs(data, out)
+    assert resumed(logs) == resumes, logs
+    assert any("fingerprint differs" in line for line in logs) != resumes, logs
+
+
+def test_a_checkpoint_of_other_data_is_not_resumed(tmp_path):
+    """The same cell spec on regenerated data (a changed generator, or ``--forcerun``) starts over."""
+    d = tmp_path / "data"
+    save_task(TASK, d)
+    out = tmp_path / "cell"
+    with pytest.raises(SystemExit):
+        train_cell(spec(), d, out, threads=1, log=quiet, stop_after_steps=20)
+    assert resumed(restart_logs(d, out))  # the same data: resumed
+    save_task({**TASK, "seed": 1}, d)  # other bytes under the same spec
+    logs = restart_logs(d, out)
+    assert not resumed(logs) and any("fingerprint differs" in line for line in logs), logs
 
 
 def test_a_finished_cell_whose_outputs_were_deleted_comes_back_unchanged(data, reference, tmp_path):

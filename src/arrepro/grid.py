@@ -38,6 +38,11 @@ def prepare_job_environment(root: str | Path) -> None:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
 
 
+# The sources of the data job (relative to the repository root): a checkpoint records their digest.
+DATA_SOURCES = ("src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src/arrepro/data/copying.py",
+                "scripts/make_data.py")
+
+
 def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
     """Source files (relative to the repository root) that shape a cell of this mixer. The
     train rule declares them as inputs (Snakemake does not track imported modules), and a

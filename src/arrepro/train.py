@@ -6,8 +6,10 @@ CUDA, fp32 on CPU. Logits only at labelled positions.
 
 Robust on a cluster: a checkpoint (model, optimiser, RNG, metrics so far) is written atomically
 after every epoch and on SIGTERM; a restarted run resumes from it and ends with the same
-metrics as an uninterrupted run. A checkpoint is used only if its fingerprint (the cell spec and
-the source of the code that trains it) matches, so an edited model never resumes a stale run.
+metrics as an uninterrupted run. A checkpoint is used only if its fingerprint matches: the cell
+spec, the bytes of the task's data files, and the code (comments and docstrings aside) that trains
+the cell and that generated its data; so new data, an edited model or ``--forcerun`` never resume
+a stale run.
 ``result.json`` is written last, atomically: its presence means the cell is finished.
 A diverging run (non-finite loss) stops and is recorded as diverged; it is a result, not a crash.
 """
@@ -25,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .digest import file_digest, source_digest
+from .grid import DATA_SOURCES, train_sources
 from .models import LanguageModel
-from .grid import train_sources
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -77,13 +80,18 @@ def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
     )
 
 
-def code_fingerprint(spec: dict) -> str:
-    """Hash of the cell spec and of every source file that shapes its training."""
+def fingerprint(spec: dict, data_dir: str | Path) -> str:
+    """What a checkpoint must match to be resumed: the cell spec, the task's data files (their
+    bytes), and the code that trains the cell and that generated its data (``source_digest``:
+    comments and docstrings do not count, code does)."""
     repo = Path(__file__).resolve().parents[2]
-    h = hashlib.sha1(json.dumps(spec, sort_keys=True).encode())
-    for f in train_sources(spec["model_def"]["mixer"], repo):
-        h.update((repo / f).read_bytes())
-    return h.hexdigest()
+    parts = {
+        "spec": spec,
+        "data": {f: file_digest(Path(data_dir) / f) for f in ("train.npz", "test.npz")},
+        "train_code": source_digest(train_sources(spec["model_def"]["mixer"], repo), repo),
+        "data_code": source_digest(DATA_SOURCES, repo),
+    }
+    return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
 @torch.no_grad()
@@ -145,7 +153,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     use_amp = device.type == "cuda"
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_amp else (lambda: torch.autocast("cpu", enabled=False))
 
-    fp = code_fingerprint(spec)
+    fp = fingerprint(spec, data_dir)
     state = {"epoch": 0, "batch": 0, "step": 0, "metrics": [], "loss_sum": 0.0, "loss_n": 0,
              "train_seconds": 0.0, "diverged": False, "done": False}
     ckpt_path = out / CHECKPOINT
@@ -160,7 +168,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
             state = ck["state"]
             log(f"resumed from checkpoint at epoch {state['epoch']} batch {state['batch']}")
         else:
-            log("checkpoint fingerprint differs from this cell and code: starting afresh")
+            log("checkpoint fingerprint differs from this cell, data and code: starting afresh")
 
     def save_checkpoint():
         ck = {"fingerprint": fp, "model": model.state_dict(), "optimizer": opt.state_dict(),
