@@ -197,6 +197,31 @@ def test_a_checkpoint_of_other_data_is_not_resumed(tmp_path):
     assert not resumed(logs) and any("fingerprint differs" in line for line in logs), logs
 
 
+def garble(path: Path) -> None:
+    """Flip 64 bytes in the middle of the file (tensor data), keeping its size."""
+    b = bytearray(path.read_bytes())
+    mid = len(b) // 2
+    b[mid : mid + 64] = bytes(x ^ 0xFF for x in b[mid : mid + 64])
+    path.write_bytes(bytes(b))
+
+
+@pytest.mark.parametrize("damage", [
+    garble,
+    lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),  # truncated (a full disk, a crash)
+    lambda p: p.write_bytes(p.read_bytes()[:10]),  # truncated inside the header
+], ids=["garbled", "truncated", "truncated-header"])
+def test_a_corrupt_checkpoint_is_reported_and_the_cell_starts_over(data, reference, tmp_path, damage):
+    with pytest.raises(SystemExit):
+        train_cell(spec(), data, tmp_path, threads=1, log=quiet, stop_after_steps=20)
+    damage(tmp_path / CHECKPOINT)
+    logs = []
+    train_cell(spec(), data, tmp_path, threads=1, log=logs.append)
+    assert any(f"checkpoint {tmp_path / CHECKPOINT} is corrupt (" in line and "starting the cell over" in line
+               for line in logs), logs
+    assert not resumed(logs)
+    assert_same_cell(tmp_path, reference)
+
+
 def test_a_finished_cell_whose_outputs_were_deleted_comes_back_unchanged(data, reference, tmp_path):
     """Snakemake deletes the declared outputs (result.json, metrics.jsonl) of every job of a
     failed Slurm job, including cells that had finished in the same group job. The checkpoint is

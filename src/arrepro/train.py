@@ -6,7 +6,8 @@ CUDA, fp32 on CPU. Logits only at labelled positions.
 
 Robust on a cluster: a checkpoint (model, optimiser, RNG, metrics so far) is written atomically
 after every epoch and on SIGTERM; a restarted run resumes from it and ends with the same
-metrics as an uninterrupted run. A checkpoint is used only if its fingerprint matches: the cell
+metrics as an uninterrupted run. A checkpoint carries the sha256 of its contents: a garbled or
+truncated one is reported and the cell starts over. It is used only if its fingerprint matches: the cell
 spec, the bytes of the task's data files, and the code (comments and docstrings aside) that trains
 the cell and that generated its data; so new data, an edited model or ``--forcerun`` never resume
 a stale run.
@@ -16,6 +17,7 @@ A diverging run (non-finite loss) stops and is recorded as diverged; it is a res
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -56,6 +58,87 @@ def atomic_write(path: Path, write) -> None:
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
     os.replace(tmp, path)
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint that fails its checksum or cannot be read (the message says why)."""
+
+
+# A checkpoint file: this header line (fixed length), then torch.save's bytes.
+_CKPT_HEADER = "arrepro-checkpoint sha256 {digest:64} bytes {size:020d}\n"
+_CKPT_HEADER_LEN = len(_CKPT_HEADER.format(digest="", size=0))
+
+
+class _HashingWriter:
+    """A file that torch.save streams into, hashing what it writes (no copy in memory)."""
+
+    def __init__(self, f):
+        self.f, self.sha, self.size = f, hashlib.sha256(), 0
+
+    def write(self, b) -> int:
+        self.sha.update(b)
+        self.size += len(b)
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+class _Window(io.RawIOBase):
+    """A read-only view of a file from ``start`` on (torch.load reads the payload after the header)."""
+
+    def __init__(self, f, start: int):
+        super().__init__()
+        self.f, self.start = f, start
+        f.seek(start)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self.f.seek(pos + self.start if whence == 0 else pos, whence) - self.start
+
+    def tell(self) -> int:
+        return self.f.tell() - self.start
+
+    def readinto(self, b) -> int:
+        return self.f.readinto(b)
+
+
+def save_checkpoint_file(path: Path, obj) -> None:
+    """torch.save ``obj`` atomically, after a header with the sha256 and size of its bytes."""
+    def write(tmp: Path):
+        with open(tmp, "wb") as f:
+            f.write(b"\0" * _CKPT_HEADER_LEN)  # the header, once the digest is known
+            w = _HashingWriter(f)
+            torch.save(obj, w)
+            f.seek(0)
+            f.write(_CKPT_HEADER.format(digest=w.sha.hexdigest(), size=w.size).encode())
+
+    atomic_write(path, write)
+
+
+def load_checkpoint_file(path: Path, device):
+    """The contents of a checkpoint written by ``save_checkpoint_file``, checked against its
+    header's size and sha256 before use; CorruptCheckpoint says what is wrong."""
+    with open(path, "rb") as f:
+        head = f.read(_CKPT_HEADER_LEN).decode("ascii", "replace").split()
+        if len(head) != 5 or head[:2] != ["arrepro-checkpoint", "sha256"] or head[3] != "bytes" \
+                or not head[4].isdigit():
+            raise CorruptCheckpoint("no valid checksum header")
+        size = f.seek(0, os.SEEK_END) - _CKPT_HEADER_LEN
+        if size != int(head[4]):
+            raise CorruptCheckpoint(f"{size} bytes after the header, {int(head[4])} written: truncated or extended")
+        f.seek(_CKPT_HEADER_LEN)
+        if hashlib.file_digest(f, "sha256").hexdigest() != head[2]:
+            raise CorruptCheckpoint("sha256 of its contents differs from the one written with it")
+        try:
+            return torch.load(_Window(f, _CKPT_HEADER_LEN), map_location=device, weights_only=False)
+        except Exception as e:  # a checksum that matches bytes torch cannot read: not ours either
+            raise CorruptCheckpoint(f"unreadable: {e}") from e
 
 
 def write_json(path: Path, obj) -> None:
@@ -157,9 +240,14 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     state = {"epoch": 0, "batch": 0, "step": 0, "metrics": [], "loss_sum": 0.0, "loss_n": 0,
              "train_seconds": 0.0, "diverged": False, "done": False}
     ckpt_path = out / CHECKPOINT
+    ck = None
     if ckpt_path.exists():
-        ck = torch.load(ckpt_path, map_location=device, weights_only=False)
-        if ck.get("fingerprint") == fp:
+        try:
+            ck = load_checkpoint_file(ckpt_path, device)
+        except (CorruptCheckpoint, OSError) as e:
+            log(f"checkpoint {ckpt_path} is corrupt ({e}): starting the cell over")
+    if ck is not None:
+        if isinstance(ck, dict) and ck.get("fingerprint") == fp:
             model.load_state_dict(ck["model"])
             opt.load_state_dict(ck["optimizer"])
             torch.set_rng_state(ck["torch_rng"])
@@ -174,7 +262,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         ck = {"fingerprint": fp, "model": model.state_dict(), "optimizer": opt.state_dict(),
               "torch_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if use_amp else None,
               "state": state}
-        atomic_write(ckpt_path, lambda p: torch.save(ck, p))
+        save_checkpoint_file(ckpt_path, ck)
 
     def write_metrics():
         atomic_write(out / "metrics.jsonl",
