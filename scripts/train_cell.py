@@ -2,8 +2,9 @@
 """Train one cell: train_cell.py --cell-json '{...}' --data DIR --out DIR [--threads N]"""
 import argparse
 import json
+import sys
 
-from arrepro.train import train_cell
+from arrepro.train import TrainError, train_cell
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
@@ -12,4 +13,7 @@ if __name__ == "__main__":
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args()
-    train_cell(json.loads(a.cell_json), a.data, a.out, a.threads, log=lambda s: print(s, flush=True))
+    try:
+        train_cell(json.loads(a.cell_json), a.data, a.out, a.threads, log=lambda s: print(s, flush=True))
+    except TrainError as e:  # a clear message, exit 1 (no traceback: the message names file and key)
+        sys.exit(f"train_cell.py: error: {e}")

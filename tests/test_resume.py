@@ -95,55 +95,80 @@ def test_preempted_again_and_again_still_equals_uninterrupted(data, reference, t
     assert_same_cell(tmp_path, reference)
 
 
-def test_sigterm_to_the_training_script_checkpoints_and_a_restart_resumes(data, tmp_path):
-    """A real signal to scripts/train_cell.py (what Slurm sends at the time limit or on
-    preemption): it exits non-zero with a checkpoint, and the restarted script finishes with
-    the numbers of an uninterrupted run of the same script."""
-    cell = spec(recipe_def={**spec()["recipe_def"], "epochs": 8}, width=32)
+SCRIPT_CELL = spec(recipe_def={**spec()["recipe_def"], "epochs": 8}, width=32)
+
+
+def run_script(data, out: Path, cell=SCRIPT_CELL, **kw) -> subprocess.Popen:
+    """scripts/train_cell.py on ``cell``, as the train rule runs it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    cmd = [sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", json.dumps(cell),
+           "--data", str(data), "--out", str(out), "--threads", "1"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
-    def run(out: Path, **kw):
-        cmd = [sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", json.dumps(cell),
-               "--data", str(data), "--out", str(out), "--threads", "1"]
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
-    whole = run(tmp_path / "whole")
+@pytest.fixture(scope="module")
+def script_reference(data, tmp_path_factory):
+    """An uninterrupted run of the training script on SCRIPT_CELL."""
+    out = tmp_path_factory.mktemp("whole")
+    whole = run_script(data, out)
     whole_out, _ = whole.communicate(timeout=300)
     assert whole.returncode == 0, whole_out
+    return out
 
-    killed = run(tmp_path / "killed")
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_training_script_checkpoints_and_a_restart_resumes(data, script_reference, tmp_path, sig):
+    """A real signal to scripts/train_cell.py (SIGTERM: what Slurm sends at the time limit or on
+    preemption; SIGINT: Ctrl-C): it exits non-zero with a checkpoint of the partial epoch, and the
+    restarted script finishes with the numbers of an uninterrupted run of the same script."""
+    killed = run_script(data, tmp_path / "killed")
     seen = []
     for line in killed.stdout:  # wait until the run is really under way, then stop it mid-epoch
         seen.append(line)
         if "epoch 2/8" in line:
             time.sleep(0.05)
-            killed.send_signal(signal.SIGTERM)
+            killed.send_signal(sig)
             break
     rest, _ = killed.communicate(timeout=120)
     seen.append(rest)
     assert killed.returncode not in (0, None), "".join(seen)
-    assert "checkpoint written" in "".join(seen)
+    assert f"({sig.name}): checkpoint written" in "".join(seen), "".join(seen)
     assert (tmp_path / "killed" / CHECKPOINT).exists()
     assert not (tmp_path / "killed" / "result.json").exists()
     done_epochs = len(metrics(tmp_path / "killed"))
     assert 2 <= done_epochs < 8
 
-    again = run(tmp_path / "killed")
+    again = run_script(data, tmp_path / "killed")
     again_out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, again_out
-    assert f"resumed from checkpoint at epoch {done_epochs}" in again_out
-    assert_same_cell(tmp_path / "killed", tmp_path / "whole")
+    assert f"resumed from checkpoint at epoch {done_epochs} batch " in again_out
+    assert f"resumed from checkpoint at epoch {done_epochs} batch 0" not in again_out  # the partial epoch was kept
+    assert_same_cell(tmp_path / "killed", script_reference)
 
 
-def test_a_checkpoint_of_another_cell_is_not_resumed(data, tmp_path):
-    with pytest.raises(SystemExit):
-        train_cell(spec(lr=1e-2), data, tmp_path, threads=1, log=quiet, stop_after_steps=20)
-    logs = []
-    train_cell(spec(), data, tmp_path, threads=1, log=logs.append)
-    assert any("fingerprint differs" in line for line in logs)
-    fresh = tmp_path.parent / (tmp_path.name + "-fresh")
-    train_cell(spec(), data, fresh, threads=1, log=quiet)
-    assert_same_cell(tmp_path, fresh)
+def test_a_full_disk_stops_the_script_with_a_clear_error_and_no_tmp_file(data, tmp_path):
+    """A real full disk: the cell's folder is a 64 KiB tmpfs (mounted in a private user and mount
+    namespace), too small for the first checkpoint (about 140 KB). The script exits 1 saying
+    "no space left on .../checkpoint.pt", without a traceback, and leaves no .tmp file."""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to mount a small tmpfs")
+    out = tmp_path / "cell"
+    out.mkdir()
+    script = ('mount -t tmpfs -o size=64k none "$1" || exit 97; "$2" "$3" --cell-json "$4" --data "$5" '
+              '--out "$1" --threads 1; rc=$?; echo "files: $(ls -A "$1" | tr "\\n" " ")"; exit $rc')
+    cmd = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", str(out), sys.executable,
+           str(ROOT / "scripts" / "train_cell.py"), json.dumps(spec()), str(data)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if p.returncode == 97 or p.stderr.startswith("unshare:"):
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"no space left on {out / CHECKPOINT}" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    files = p.stdout.split("files:")[-1].split()
+    assert files == ["metrics.jsonl"], p.stdout  # the epoch's metrics fit; no checkpoint, no .tmp
 
 
 def restart_logs(data, out: Path) -> list[str]:

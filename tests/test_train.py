@@ -69,6 +69,35 @@ def test_divergence_is_a_result_not_a_crash(data, tmp_path):
         json.loads(line, parse_constant=no_constants)
 
 
+def test_a_batch_larger_than_the_training_set_is_refused(data, tmp_path):
+    with pytest.raises(Exception) as err:  # TrainError (not imported: the test must run on older code)
+        train_cell(spec(batch_size=2048), data, tmp_path, log=lambda s: None)
+    assert "batch_size 2048 is larger than the training set (1024 examples in" in str(err.value)
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_a_full_disk_is_named_and_leaves_no_tmp_file(data, tmp_path, monkeypatch):
+    """A write that runs out of space half-way (metrics.jsonl, the first file written) is an error
+    naming the file; the half-written .tmp file is removed. (A real full disk: test_resume.py.)"""
+    import errno
+    import os
+    import pathlib
+
+    real = pathlib.Path.write_text
+
+    def half_then_full(self, text, *a, **kw):
+        if not self.name.endswith(".tmp"):
+            return real(self, text, *a, **kw)
+        real(self, text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(pathlib.Path, "write_text", half_then_full)
+    with pytest.raises(Exception) as err:
+        train_cell(spec(), data, tmp_path, log=lambda s: None)
+    assert f"no space left on {tmp_path / 'metrics.jsonl'}" in str(err.value)
+    assert sorted(f.name for f in tmp_path.iterdir()) == []
+
+
 def test_warmup_then_cosine():
     lrs = [lr_at(s, 100, 1.0, 0.1, "cosine") for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)

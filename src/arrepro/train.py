@@ -6,16 +6,18 @@ CUDA, fp32 on CPU. Logits only at labelled positions.
 
 Robust on a cluster: a checkpoint (model, optimiser, RNG, metrics so far) is written atomically
 after every epoch and on SIGTERM; a restarted run resumes from it and ends with the same
-metrics as an uninterrupted run. A checkpoint carries the sha256 of its contents: a garbled or
+metrics as an uninterrupted run (SIGINT, a Ctrl-C, checkpoints too). A checkpoint carries the sha256 of its contents: a garbled or
 truncated one is reported and the cell starts over. It is used only if its fingerprint matches: the cell
 spec, the bytes of the task's data files, and the code (comments and docstrings aside) that trains
 the cell and that generated its data; so new data, an edited model or ``--forcerun`` never resume
 a stale run.
-``result.json`` is written last, atomically: its presence means the cell is finished.
+``result.json`` is written last, atomically: its presence means the cell is finished. A write
+that fails (a full disk: "no space left on <path>") leaves no ``.tmp`` file behind.
 A diverging run (non-finite loss) stops and is recorded as diverged; it is a result, not a crash.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -37,7 +39,12 @@ CHECKPOINT = "checkpoint.pt"
 
 
 class Preempted(SystemExit):
-    """Raised after a SIGTERM checkpoint: exit non-zero so the scheduler retries the job."""
+    """Raised after a SIGTERM or SIGINT checkpoint: exit non-zero so the scheduler retries the job."""
+
+
+class TrainError(RuntimeError):
+    """A cell that cannot run as asked (its spec, its data, the machine, a full disk); the message
+    names the key or file and why. scripts/train_cell.py prints it and exits 1."""
 
 
 def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str) -> float:
@@ -55,9 +62,17 @@ def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str)
 
 
 def atomic_write(path: Path, write) -> None:
+    """``write(tmp)`` then rename ``tmp`` to ``path``: readers see the old file or the new one.
+    If anything fails the ``.tmp`` file is removed; a full disk is a TrainError naming ``path``."""
     tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise TrainError(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left") from e
+        raise
 
 
 class CorruptCheckpoint(Exception):
@@ -219,6 +234,9 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     device = pick_device(spec.get("device", "auto"))
     recipe = spec["recipe_def"]
     xtr, ytr, xte, yte, vocab = load_task(data_dir)
+    if spec["batch_size"] > len(xtr):
+        raise TrainError(f"recipe {spec['recipe']}: batch_size {spec['batch_size']} is larger than the training "
+                         f"set ({len(xtr)} examples in {Path(data_dir) / 'train.npz'})")
 
     torch.manual_seed(spec["seed"])
     model = build_model(spec, vocab, xtr.shape[1]).to(device)
@@ -268,9 +286,10 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         atomic_write(out / "metrics.jsonl",
                      lambda p: p.write_text("".join(json.dumps(m) + "\n" for m in state["metrics"])))
 
-    terminated = {"flag": False}
-    prev = signal.signal(signal.SIGTERM, lambda *_: terminated.__setitem__("flag", True)) \
-        if hasattr(signal, "SIGTERM") and _main_thread() else None
+    # SIGTERM (Slurm's time limit, preemption) and SIGINT (Ctrl-C): finish the step, checkpoint, exit
+    stop_signal = {"name": None}
+    prev = {sig: signal.signal(sig, lambda n, _: stop_signal.__setitem__("name", signal.Signals(n).name))
+            for sig in (signal.SIGTERM, signal.SIGINT)} if _main_thread() else {}
     n_params = model.num_parameters()
     L = xtr.shape[1]
     tag = f"{spec['model']} w{spec['width']} l{spec['layers']} lr{spec['lr']:.3g} s{spec['seed']}"
@@ -301,10 +320,11 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
                 state["batch"] += 1
                 state["step"] += 1
                 steps_run += 1
-                if terminated["flag"] or (stop_after_steps is not None and steps_run >= stop_after_steps):
+                if stop_signal["name"] or (stop_after_steps is not None and steps_run >= stop_after_steps):
                     state["train_seconds"] += time.perf_counter() - t0
                     save_checkpoint()
-                    log(f"[{tag}] stopping at step {state['step']}: checkpoint written, a restart resumes")
+                    log(f"[{tag}] stopping at step {state['step']} ({stop_signal['name'] or 'stop_after_steps'}): "
+                        "checkpoint written, a restart resumes")
                     raise Preempted(3)
             state["train_seconds"] += time.perf_counter() - t0
             ev = evaluate(model, xte, yte, max(bs, 256), device, autocast)
@@ -327,8 +347,8 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
             write_metrics()
             save_checkpoint()
     finally:
-        if prev is not None:
-            signal.signal(signal.SIGTERM, prev)
+        for sig, handler in prev.items():
+            signal.signal(sig, handler)
 
     write_metrics()
     accs = [m["test_accuracy"] for m in state["metrics"]]
