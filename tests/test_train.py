@@ -98,6 +98,16 @@ def test_a_full_disk_is_named_and_leaves_no_tmp_file(data, tmp_path, monkeypatch
     assert sorted(f.name for f in tmp_path.iterdir()) == []
 
 
+def test_device_cuda_without_cuda_is_an_error(data, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(Exception) as err:  # TrainError
+        train_cell(spec(device="cuda"), data, tmp_path, log=lambda s: None)
+    assert "scales.test.device: cuda, but torch" in str(err.value) and "sees no CUDA device" in str(err.value)
+    assert not (tmp_path / "result.json").exists()
+
+
 def test_warmup_then_cosine():
     lrs = [lr_at(s, 100, 1.0, 0.1, "cosine") for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)

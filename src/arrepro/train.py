@@ -216,7 +216,14 @@ def evaluate(model, inputs, labels, batch_size, device, autocast) -> dict:
             "test_exact_match": exact / max(n, 1)}
 
 
-def pick_device(requested: str) -> torch.device:
+def pick_device(requested: str, where: str = "device") -> torch.device:
+    """``auto``: CUDA if there is a device, else the CPU. ``cuda`` without CUDA is an error, not a
+    slow CPU run on a GPU allocation."""
+    if requested not in ("auto", "cuda", "cpu"):
+        raise TrainError(f"{where}: unknown device {requested!r} (auto, cuda or cpu)")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise TrainError(f"{where}: cuda, but torch {torch.__version__} sees no CUDA device (built for CUDA "
+                         f"{torch.version.cuda or 'none: a CPU-only build'}); on a CPU machine use a scale with device cpu")
     if requested in ("auto", "cuda") and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
@@ -231,7 +238,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     out.mkdir(parents=True, exist_ok=True)
     if threads:
         torch.set_num_threads(threads)
-    device = pick_device(spec.get("device", "auto"))
+    device = pick_device(spec.get("device", "auto"), f"scales.{spec.get('scale')}.device")
     recipe = spec["recipe_def"]
     xtr, ytr, xte, yte, vocab = load_task(data_dir)
     if spec["batch_size"] > len(xtr):
