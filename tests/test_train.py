@@ -1,11 +1,13 @@
 """The trainer: a tiny run learns, runs are deterministic, divergence is a recorded result."""
 import json
+from pathlib import Path
 
 import pytest
 
 from arrepro.data import save_task
 from arrepro.train import lr_at, train_cell
 
+ROOT = Path(__file__).resolve().parents[1]
 TASK = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 1024, "n_test": 128, "seed": 0}
 
 
@@ -39,8 +41,9 @@ def test_tiny_run_learns_and_writes_its_record(data, tmp_path):
         assert key in m[0]
     saved = json.loads((tmp_path / "result.json").read_text())
     for key in ("final_accuracy", "best_accuracy", "diverged", "parameters", "epochs_run", "train_seconds",
-                "tokens_per_second", "cell"):
+                "tokens_per_second", "precision", "cell"):
         assert key in saved
+    assert saved["precision"] == "fp32"  # the default: no autocast
     assert saved["final_accuracy"] == m[-1]["test_accuracy"] and saved["diverged"] is False
     assert saved["best_accuracy"] == max(row["test_accuracy"] for row in m)
     assert r["epochs_run"] == 4 and r["steps"] == 4 * 1024 // 32
@@ -106,6 +109,58 @@ def test_device_cuda_without_cuda_is_an_error(data, tmp_path, monkeypatch):
         train_cell(spec(device="cuda"), data, tmp_path, log=lambda s: None)
     assert "scales.test.device: cuda, but torch" in str(err.value) and "sees no CUDA device" in str(err.value)
     assert not (tmp_path / "result.json").exists()
+
+
+def test_bf16_is_refused_on_the_cpu_naming_the_key(data, tmp_path):
+    with pytest.raises(Exception) as err:  # TrainError
+        train_cell(spec(precision="bf16"), data, tmp_path, log=lambda s: None)
+    assert "scales.test.precision: bf16 runs only on CUDA" in str(err.value)
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_fp32_has_no_autocast_anywhere_and_bf16_autocasts_on_cuda():
+    """The context the forward passes run in, for a CUDA device (no GPU is needed to build it)."""
+    import warnings
+
+    import torch
+
+    from arrepro.train import autocast_for
+
+    cuda = torch.device("cuda")
+    assert not isinstance(autocast_for("fp32", cuda)(), torch.autocast)
+    with autocast_for("fp32", torch.device("cpu"))():
+        assert not torch.is_autocast_enabled("cpu")
+    with warnings.catch_warnings():  # without a GPU torch warns that it disables the context
+        warnings.simplefilter("ignore")
+        bf16 = autocast_for("bf16", cuda)()
+    assert isinstance(bf16, torch.autocast) and bf16.device == "cuda" and bf16.fast_dtype == torch.bfloat16
+    with pytest.raises(Exception, match="x.precision: unknown precision 'fp16'"):
+        autocast_for("fp16", cuda, "x.precision")
+
+
+def test_precision_comes_from_the_scale(config):
+    """Scale key ``precision`` (default fp32) reaches every cell spec; the paper scale says fp32."""
+    import copy
+
+    import jsonschema
+    import yaml
+
+    from arrepro.grid import Grid
+
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    jsonschema.validate(config, schema)
+    assert config["scales"]["paper"]["precision"] == "fp32"
+    for scale, want in (("paper", "fp32"), ("demo", "fp32")):
+        g = Grid(config, scale)
+        assert {g.cell_spec(**c.__dict__)["precision"] for c in g.all_cells()[:50]} == {want}
+    c = copy.deepcopy(config)
+    c["scales"]["demo"]["precision"] = "bf16"
+    jsonschema.validate(c, schema)
+    g = Grid(c, "demo")
+    assert g.cell_spec(**g.all_cells()[0].__dict__)["precision"] == "bf16"
+    c["scales"]["demo"]["precision"] = "fp16"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(c, schema)
 
 
 def test_warmup_then_cosine():

@@ -227,6 +227,7 @@ class Grid:
             "recipe": recipe, "recipe_def": {k: v for k, v in r.items() if k != "name"},
             "batch_size": self.batch_size(r, t), "lr": float(lr), "seed": int(seed),
             "device": self.scale.get("device", "auto"), "scale": self.scale_name,
+            "precision": self.scale.get("precision", "fp32"),
         }
 
 

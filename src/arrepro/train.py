@@ -1,8 +1,9 @@
 """Train one cell: a model on a task's train set, evaluated on the full test set every epoch.
 
 Recipe (paper A.2): AdamW, weight decay, linear warmup over ``warmup_frac`` of the steps, then
-the decay named by ``schedule`` (cosine to zero, linear to zero, or constant). bf16 autocast on
-CUDA, fp32 on CPU. Logits only at labelled positions.
+the decay named by ``schedule`` (cosine to zero, linear to zero, or constant). Precision from the
+cell spec: ``fp32`` (the default, Zoology's: no autocast anywhere) or ``bf16`` (autocast on CUDA;
+refused on the CPU). Logits only at labelled positions.
 
 Robust on a cluster: a checkpoint (model, optimiser, RNG, metrics so far) is written atomically
 after every epoch and on SIGTERM; a restarted run resumes from it and ends with the same
@@ -17,6 +18,7 @@ A diverging run (non-finite loss) stops and is recorded as diverged; it is a res
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
@@ -216,6 +218,22 @@ def evaluate(model, inputs, labels, batch_size, device, autocast) -> dict:
             "test_exact_match": exact / max(n, 1)}
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def autocast_for(precision: str, device: torch.device, where: str = "precision"):
+    """The context every forward pass runs in. ``fp32``: none, no autocast anywhere. ``bf16``:
+    autocast to bfloat16, on CUDA only: on the CPU it would only change the numbers (no bf16
+    speed-up on the CPUs this project runs on, and no mixer has been checked under CPU autocast)."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    if precision not in PRECISIONS:
+        raise TrainError(f"{where}: unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
+    if device.type != "cuda":
+        raise TrainError(f"{where}: bf16 runs only on CUDA (this cell runs on {device.type}); use fp32 on the CPU")
+    return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+
+
 def pick_device(requested: str, where: str = "device") -> torch.device:
     """``auto``: CUDA if there is a device, else the CPU. ``cuda`` without CUDA is an error, not a
     slow CPU run on a GPU allocation."""
@@ -239,6 +257,8 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     if threads:
         torch.set_num_threads(threads)
     device = pick_device(spec.get("device", "auto"), f"scales.{spec.get('scale')}.device")
+    precision = spec.get("precision", "fp32")
+    autocast = autocast_for(precision, device, f"scales.{spec.get('scale')}.precision")
     recipe = spec["recipe_def"]
     xtr, ytr, xte, yte, vocab = load_task(data_dir)
     if spec["batch_size"] > len(xtr):
@@ -258,8 +278,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     bs, epochs = spec["batch_size"], recipe["epochs"]
     steps_per_epoch = math.ceil(len(xtr) / bs)
     total = steps_per_epoch * epochs
-    use_amp = device.type == "cuda"
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_amp else (lambda: torch.autocast("cpu", enabled=False))
+    on_cuda = device.type == "cuda"
 
     fp = fingerprint(spec, data_dir)
     state = {"epoch": 0, "batch": 0, "step": 0, "metrics": [], "loss_sum": 0.0, "loss_n": 0,
@@ -276,7 +295,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
             model.load_state_dict(ck["model"])
             opt.load_state_dict(ck["optimizer"])
             torch.set_rng_state(ck["torch_rng"])
-            if use_amp and ck.get("cuda_rng") is not None:
+            if on_cuda and ck.get("cuda_rng") is not None:
                 torch.cuda.set_rng_state(ck["cuda_rng"])
             state = ck["state"]
             log(f"resumed from checkpoint at epoch {state['epoch']} batch {state['batch']}")
@@ -285,7 +304,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
 
     def save_checkpoint():
         ck = {"fingerprint": fp, "model": model.state_dict(), "optimizer": opt.state_dict(),
-              "torch_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if use_amp else None,
+              "torch_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if on_cuda else None,
               "state": state}
         save_checkpoint_file(ckpt_path, ck)
 
@@ -369,7 +388,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         "diverged": state["diverged"], "parameters": n_params, "epochs_run": len(state["metrics"]),
         "steps": state["step"], "train_seconds": state["train_seconds"],
         "tokens_per_second": state["step"] * bs * L / max(state["train_seconds"], 1e-9),
-        "device": device.type, "cell": spec,
+        "device": device.type, "precision": precision, "cell": spec,
     }
     write_json(out / "result.json", result)
     return result
