@@ -1,5 +1,6 @@
 """The trainer: a tiny run learns, runs are deterministic, divergence is a recorded result."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,48 @@ def test_warmup_then_cosine():
     lrs = [lr_at(s, 100, 1.0, 0.1, "cosine") for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:])) and lrs[-1] < 0.01
+
+
+def test_per_epoch_cosine_is_zoologys_cosine_annealing_stepped_each_epoch():
+    """schedule_step: epoch, no warmup: the LR of every step of epoch e is torch's
+    CosineAnnealingLR(T_max=epochs, eta_min=0) after e scheduler steps (Zoology's schedule)."""
+    import torch
+
+    epochs, spe, base = 64, 7, 3e-3
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=base)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs, eta_min=0.0)
+    for e in range(epochs):
+        want = opt.param_groups[0]["lr"]
+        for b in range(spe):
+            assert lr_at(e * spe + b, epochs * spe, base, 0.0, "cosine", spe) == pytest.approx(want, rel=1e-9, abs=1e-15)
+        opt.step()
+        sched.step()
+
+
+def test_per_epoch_warmup_is_whole_epochs_then_the_decay_over_the_rest():
+    epochs, spe = 10, 5
+    per_epoch = [[lr_at(e * spe + b, epochs * spe, 1.0, 0.2, sched, spe) for b in range(spe)]
+                 for sched in ("cosine", "linear", "constant") for e in range(epochs)]
+    assert all(len(set(lrs)) == 1 for lrs in per_epoch)  # constant within an epoch
+    cosine, linear, constant = ([lrs[0] for lrs in per_epoch[i * epochs : (i + 1) * epochs]] for i in range(3))
+    # W = round(0.2 * 10) = 2 warmup epochs at 1/2, 2/2; then 8 epochs of decay from 1 at fractions 0, 1/8, ...
+    assert cosine[:3] == pytest.approx([0.5, 1.0, 1.0])
+    assert cosine[2:] == pytest.approx([0.5 * (1 + math.cos(math.pi * k / 8)) for k in range(8)])
+    assert linear[2:] == pytest.approx([1 - k / 8 for k in range(8)])
+    assert constant == pytest.approx([0.5] + [1.0] * 9)
+    # per step (the default) is unchanged: a step-level warmup and decay
+    assert lr_at(3, 50, 1.0, 0.2, "cosine") == pytest.approx(0.4) and lr_at(3, 50, 1.0, 0.2, "cosine", None) == 0.4
+
+
+def test_schedule_step_epoch_holds_the_lr_for_each_epoch_in_training(data, tmp_path):
+    recipe = {**spec()["recipe_def"], "schedule_step": "epoch"}
+    train_cell(spec(recipe_def=recipe), data, tmp_path, log=lambda s: None)
+    spe = 1024 // 32
+    lrs = [row["lr"] for row in read_metrics(tmp_path)]  # the LR of each epoch's last step
+    assert lrs == [lr_at(e * spe, 4 * spe, 3e-3, 0.1, "cosine", spe) for e in range(4)]
+    assert lrs != [lr_at((e + 1) * spe - 1, 4 * spe, 3e-3, 0.1, "cosine") for e in range(4)]  # not per step
+    with pytest.raises(Exception, match="schedule_step 'batch' is not one of step, epoch"):
+        train_cell(spec(recipe_def={**recipe, "schedule_step": "batch"}), data, tmp_path / "bad", log=lambda s: None)
 
 
 def test_labelled_logits_give_the_full_heads_loss_and_gradients():

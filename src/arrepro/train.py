@@ -1,17 +1,18 @@
 """Train one cell: a model on a task's train set, evaluated on the full test set every epoch.
 
 Recipe (paper A.2): AdamW, weight decay, linear warmup over ``warmup_frac`` of the steps, then
-the decay named by ``schedule`` (cosine to zero, linear to zero, or constant). Precision from the
+the decay named by ``schedule`` (cosine to zero, linear to zero, or constant), stepped every
+optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Precision from the
 cell spec: ``fp32`` (the default, Zoology's: no autocast anywhere) or ``bf16`` (autocast on CUDA;
 refused on the CPU). Logits only at labelled positions.
 
 Robust on a cluster: a checkpoint (model, optimiser, RNG, metrics so far) is written atomically
-after every epoch and on SIGTERM; a restarted run resumes from it and ends with the same
-metrics as an uninterrupted run (SIGINT, a Ctrl-C, checkpoints too). A checkpoint carries the sha256 of its contents: a garbled or
-truncated one is reported and the cell starts over. It is used only if its fingerprint matches: the cell
-spec, the bytes of the task's data files, and the code (comments and docstrings aside) that trains
-the cell and that generated its data; so new data, an edited model or ``--forcerun`` never resume
-a stale run.
+after every epoch and on SIGTERM or SIGINT (Ctrl-C); a restarted run resumes from it and ends with
+the same metrics as an uninterrupted run. A checkpoint carries the sha256 of its contents: a
+garbled or truncated one is reported and the cell starts over. It is used only if its fingerprint
+matches: the cell spec, the bytes of the task's data files, and the code (comments and docstrings
+aside) that trains the cell and that generated its data; so new data, an edited model or
+``--forcerun`` never resume a stale run.
 ``result.json`` is written last, atomically: its presence means the cell is finished. A write
 that fails (a full disk: "no space left on <path>") leaves no ``.tmp`` file behind.
 A diverging run (non-finite loss) stops and is recorded as diverged; it is a result, not a crash.
@@ -49,8 +50,28 @@ class TrainError(RuntimeError):
     names the key or file and why. scripts/train_cell.py prints it and exits 1."""
 
 
-def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str) -> float:
-    warm = max(1, int(round(warmup_frac * total)))
+SCHEDULE_STEPS = ("step", "epoch")
+
+
+def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str,
+          steps_per_epoch: int | None = None) -> float:
+    """The learning rate of optimiser step ``step`` (from 0) of ``total``: a linear warmup over
+    ``warmup_frac`` of the run, then ``schedule`` (cosine or linear to 0, or constant).
+
+    Per step (``steps_per_epoch`` None; recipe ``schedule_step: step``): the clock is the step, the
+    warmup lasts ``max(1, round(warmup_frac * total))`` steps.
+    Per epoch (``steps_per_epoch`` given; ``schedule_step: epoch``): the clock is the epoch
+    ``e = step // steps_per_epoch`` of ``E = ceil(total / steps_per_epoch)``, so the LR is constant
+    within an epoch. The warmup is ``W = round(warmup_frac * E)`` whole epochs (none if 0): epoch
+    ``e < W`` runs at ``base * (e + 1) / W``; the decay then runs over the other ``E - W`` epochs,
+    epoch ``e`` at fraction ``(e - W) / (E - W)``. With no warmup and cosine, epoch ``e`` gets
+    ``base * (1 + cos(pi * e / E)) / 2``: torch's CosineAnnealingLR(T_max=E, eta_min=0) stepped
+    after each epoch, as in Zoology."""
+    if steps_per_epoch:
+        step, total = step // steps_per_epoch, math.ceil(total / steps_per_epoch)
+        warm = int(round(warmup_frac * total))
+    else:
+        warm = max(1, int(round(warmup_frac * total)))
     if step < warm:
         return base * (step + 1) / warm
     frac = (step - warm) / max(1, total - warm)
@@ -260,6 +281,9 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     precision = spec.get("precision", "fp32")
     autocast = autocast_for(precision, device, f"scales.{spec.get('scale')}.precision")
     recipe = spec["recipe_def"]
+    schedule_step = recipe.get("schedule_step", "step")
+    if schedule_step not in SCHEDULE_STEPS:
+        raise TrainError(f"recipe {spec['recipe']}: schedule_step {schedule_step!r} is not one of {', '.join(SCHEDULE_STEPS)}")
     xtr, ytr, xte, yte, vocab = load_task(data_dir)
     if spec["batch_size"] > len(xtr):
         raise TrainError(f"recipe {spec['recipe']}: batch_size {spec['batch_size']} is larger than the training "
@@ -277,6 +301,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     )
     bs, epochs = spec["batch_size"], recipe["epochs"]
     steps_per_epoch = math.ceil(len(xtr) / bs)
+    lr_epoch = steps_per_epoch if schedule_step == "epoch" else None  # lr_at's clock: epochs, or steps
     total = steps_per_epoch * epochs
     on_cuda = device.type == "cuda"
 
@@ -330,7 +355,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
                 idx = perm[state["batch"] * bs : (state["batch"] + 1) * bs]
                 x, y = xtr[idx].to(device), ytr[idx].to(device)
                 for g in opt.param_groups:
-                    g["lr"] = lr_at(state["step"], total, spec["lr"], recipe["warmup_frac"], recipe["schedule"])
+                    g["lr"] = lr_at(state["step"], total, spec["lr"], recipe["warmup_frac"], recipe["schedule"], lr_epoch)
                 with autocast():
                     loss, _, _ = model.loss(x, y)
                 if not torch.isfinite(loss):
