@@ -181,7 +181,8 @@ def test_per_epoch_cosine_is_zoologys_cosine_annealing_stepped_each_epoch():
     for e in range(epochs):
         want = opt.param_groups[0]["lr"]
         for b in range(spe):
-            assert lr_at(e * spe + b, epochs * spe, base, 0.0, "cosine", spe) == pytest.approx(want, rel=1e-9, abs=1e-15)
+            got = lr_at(e * spe + b, epochs * spe, base, 0.0, "cosine", spe)
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-15)
         opt.step()
         sched.step()
 

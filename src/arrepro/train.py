@@ -261,8 +261,9 @@ def pick_device(requested: str, where: str = "device") -> torch.device:
     if requested not in ("auto", "cuda", "cpu"):
         raise TrainError(f"{where}: unknown device {requested!r} (auto, cuda or cpu)")
     if requested == "cuda" and not torch.cuda.is_available():
+        built = torch.version.cuda or "none: a CPU-only build"
         raise TrainError(f"{where}: cuda, but torch {torch.__version__} sees no CUDA device (built for CUDA "
-                         f"{torch.version.cuda or 'none: a CPU-only build'}); on a CPU machine use a scale with device cpu")
+                         f"{built}); on a CPU machine use a scale with device cpu")
     if requested in ("auto", "cuda") and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
@@ -283,7 +284,9 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     recipe = spec["recipe_def"]
     schedule_step = recipe.get("schedule_step", "step")
     if schedule_step not in SCHEDULE_STEPS:
-        raise TrainError(f"recipe {spec['recipe']}: schedule_step {schedule_step!r} is not one of {', '.join(SCHEDULE_STEPS)}")
+        raise TrainError(f"recipe {spec['recipe']}: schedule_step {schedule_step!r} is not one of "
+                         f"{', '.join(SCHEDULE_STEPS)}")
+    fp = fingerprint(spec, data_dir)  # before the data is loaded: hashing reads each file once more
     xtr, ytr, xte, yte, vocab = load_task(data_dir)
     if spec["batch_size"] > len(xtr):
         raise TrainError(f"recipe {spec['recipe']}: batch_size {spec['batch_size']} is larger than the training "
@@ -305,7 +308,6 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     total = steps_per_epoch * epochs
     on_cuda = device.type == "cuda"
 
-    fp = fingerprint(spec, data_dir)
     state = {"epoch": 0, "batch": 0, "step": 0, "metrics": [], "loss_sum": 0.0, "loss_n": 0,
              "train_seconds": 0.0, "diverged": False, "done": False}
     ckpt_path = out / CHECKPOINT
@@ -355,7 +357,8 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
                 idx = perm[state["batch"] * bs : (state["batch"] + 1) * bs]
                 x, y = xtr[idx].to(device), ytr[idx].to(device)
                 for g in opt.param_groups:
-                    g["lr"] = lr_at(state["step"], total, spec["lr"], recipe["warmup_frac"], recipe["schedule"], lr_epoch)
+                    g["lr"] = lr_at(state["step"], total, spec["lr"], recipe["warmup_frac"], recipe["schedule"],
+                                    lr_epoch)
                 with autocast():
                     loss, _, _ = model.loss(x, y)
                 if not torch.isfinite(loss):
