@@ -80,6 +80,14 @@ def test_a_batch_larger_than_the_training_set_is_refused(data, tmp_path):
     assert not (tmp_path / "result.json").exists()
 
 
+def test_tokens_per_second_counts_the_short_last_batch(data, tmp_path):
+    """1024 examples in batches of 48: 21 full batches and one of 16 an epoch."""
+    r = train_cell(spec(batch_size=48, recipe_def={**spec()["recipe_def"], "epochs": 1}), data, tmp_path,
+                   log=lambda s: None)
+    assert r["steps"] == 22
+    assert r["tokens_per_second"] * r["train_seconds"] == pytest.approx(1024 * TASK["seq_len"], rel=1e-9)
+
+
 def test_a_full_disk_is_named_and_leaves_no_tmp_file(data, tmp_path, monkeypatch):
     """A write that runs out of space half-way (metrics.jsonl, the first file written) is an error
     naming the file; the half-written .tmp file is removed. (A real full disk: test_resume.py.)"""

@@ -308,7 +308,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     total = steps_per_epoch * epochs
     on_cuda = device.type == "cuda"
 
-    state = {"epoch": 0, "batch": 0, "step": 0, "metrics": [], "loss_sum": 0.0, "loss_n": 0,
+    state = {"epoch": 0, "batch": 0, "step": 0, "examples": 0, "metrics": [], "loss_sum": 0.0, "loss_n": 0,
              "train_seconds": 0.0, "diverged": False, "done": False}
     ckpt_path = out / CHECKPOINT
     ck = None
@@ -373,6 +373,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
                 state["loss_n"] += 1
                 state["batch"] += 1
                 state["step"] += 1
+                state["examples"] += len(idx)  # the last batch of an epoch may be short
                 steps_run += 1
                 if stop_signal["name"] or (stop_after_steps is not None and steps_run >= stop_after_steps):
                     state["train_seconds"] += time.perf_counter() - t0
@@ -388,7 +389,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
                    "seconds": state["train_seconds"]}
             state["metrics"].append(row)
             state.update(epoch=ep + 1, batch=0, loss_sum=0.0, loss_n=0)
-            tps = state["step"] * bs * L / max(state["train_seconds"], 1e-9)
+            tps = state["examples"] * L / max(state["train_seconds"], 1e-9)
             eta = state["train_seconds"] / (ep + 1) * (epochs - ep - 1)
             log(f"[{tag}] epoch {ep + 1}/{epochs} train_loss {row['train_loss'] or float('nan'):.4f} test_loss {ev['test_loss']:.4f} "
                 f"acc {ev['test_accuracy']:.4f} | {tps:,.0f} tok/s | ETA {eta:.0f}s")
@@ -415,7 +416,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         "final_test_loss": last.get("test_loss"),
         "diverged": state["diverged"], "parameters": n_params, "epochs_run": len(state["metrics"]),
         "steps": state["step"], "train_seconds": state["train_seconds"],
-        "tokens_per_second": state["step"] * bs * L / max(state["train_seconds"], 1e-9),
+        "tokens_per_second": state["examples"] * L / max(state["train_seconds"], 1e-9),
         "device": device.type, "precision": precision, "cell": spec,
     }
     write_json(out / "result.json", result)
