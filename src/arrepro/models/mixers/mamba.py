@@ -148,6 +148,7 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch
 @register("mamba")
 class Mamba(KernelMixer):
     kernel_name = "selective_scan_fn"
+    chunk_size: int | None = None  # portable scan: steps per chunk; None: about sqrt(L)
 
     def __init__(self, d_model: int, *, max_len: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
                  dt_rank: int | str = "auto", conv: bool = True, gate: bool = True,
@@ -208,7 +209,7 @@ class Mamba(KernelMixer):
         x, z, r, Bm, Cm = self._ssm_inputs(u, "forward_portable")
         dt = F.softplus(self.dt_proj(r))
         A = -torch.exp(self.A_log)
-        y = selective_scan(x, dt, A, Bm, Cm) + x * self.D
+        y = selective_scan(x, dt, A, Bm, Cm, self.chunk_size) + x * self.D
         return self._output(y, z)
 
     def forward_kernel(self, u: torch.Tensor) -> torch.Tensor:
