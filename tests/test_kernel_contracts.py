@@ -10,16 +10,19 @@ chunk size (4, 64, 256, 512) are included. gated_deltanet is in no paper experim
 union of all paper widths and lengths. Batch 1, one forward and backward, fp32 and bf16 autocast.
 """
 import contextlib
+import json
 import sys
 
 import pytest
 import torch
 import yaml
 
+from arrepro.data import save_task
 from arrepro.grid import Grid, task_seq_len
 from arrepro.models import LanguageModel, get_mixer, kernels
 from arrepro.models.kernels import KernelMixer, paths_used
 from arrepro.models.ops import ShortConv
+from arrepro.train import train_cell
 
 import kernel_standins as si
 from conftest import ROOT
@@ -194,3 +197,26 @@ def test_half_precision_is_the_runs_choice():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert kernels.compute_dtype(x) == torch.bfloat16
     assert kernels.compute_dtype(x.half()) == torch.float16
+
+
+def test_cell_records_and_logs_its_paths(tmp_path, monkeypatch):
+    """result.json names every path with package and reason; train.log says it once, after step 1
+    (a Mamba cell through the stand-ins: kernel paths in training, recorded as such)."""
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    task = {"kind": "mqar", "vocab_size": 32, "seq_len": 16, "num_kv_pairs": 2, "n_train": 64, "n_test": 32, "seed": 0}
+    save_task(task, tmp_path / "data")
+    spec = {"task": "t", "task_name": "L16", "task_def": task, "model": "mamba", "model_def": MODELS["mamba"],
+            "width": 16, "layers": 1, "recipe": "r", "batch_size": 32, "lr": 1e-3, "seed": 0, "device": "cpu",
+            "scale": "test", "recipe_def": {"epochs": 1, "batch_size": 32, "warmup_frac": 0.1, "schedule": "cosine",
+                                            "weight_decay": 0.1}}
+    lines = []
+    with kernels.override(si.STANDINS):
+        result = train_cell(spec, tmp_path / "data", tmp_path / "cell", log=lines.append)
+    saved = json.loads((tmp_path / "cell" / "result.json").read_text())
+    assert saved["kernel_paths"] == result["kernel_paths"]
+    by_op = {p["op"]: p for p in saved["kernel_paths"]}
+    assert set(by_op) == {"mamba.selective_scan_fn", "short_conv.causal_conv1d_fn"}
+    assert all(p["path"] == "kernel" and "within its limits" in p["reason"] for p in by_op.values())
+    logged = [line for line in lines if "kernel paths:" in line]
+    assert len(logged) == 1 and "mamba.selective_scan_fn: kernel" in logged[0]
+    assert lines.index(logged[0]) < next(i for i, line in enumerate(lines) if "epoch 1/1" in line)
