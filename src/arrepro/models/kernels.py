@@ -35,7 +35,7 @@ import inspect
 import os
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -77,7 +77,7 @@ class Kernel:
     limits: tuple[Callable[[dict], str | None], ...] = ()  # each: the call's facts -> why not, or None
     min_capability: tuple[int, int] | None = None  # CUDA compute capability it needs
     bare_package: str | None = None  # import ``module`` without running this package's __init__
-    call_keys: tuple[str, ...] = field(default=())  # the facts ``limits`` read from the call
+    call_keys: tuple[str, ...] = ()  # the facts ``limits`` read from the call
 
 
 KERNELS: dict[str, Kernel] = {
@@ -181,15 +181,16 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
     k = KERNELS[name]
     if os.environ.get(ENV, "1") == "0":
         return None, None, f"{ENV}=0"
-    overridden = name in _overrides
-    if not overridden and not x.is_cuda:
-        return None, None, f"{'CPU' if x.device.type == 'cpu' else x.device.type} tensor"
     package = installed(name)
-    if overridden:
+    if name in _overrides:
         fn = _overrides[name]
         package = f"{package or k.dists[0]} (override: {fn.__module__}.{fn.__qualname__})"
+    elif not x.is_cuda:
+        return None, None, f"{'CPU' if x.device.type == 'cpu' else x.device.type} tensor"
     elif package is None:
         return None, None, f"{k.dists[0]} not installed"
+    else:  # installed: a failing import is an error, even where the limits below rule the kernel out
+        fn = function(name)
     dtype = compute_dtype(x)
     if k.half_only and dtype not in HALF:
         return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} needs bf16/fp16: {k.fallback}"
@@ -202,7 +203,6 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
         if cap < k.min_capability:
             need = "sm%d%d" % k.min_capability
             return None, package, f"GPU sm{cap[0]}{cap[1]}: {k.dists[0]} needs {need}+: {k.fallback}"
-    fn = function(name)  # installed: a failing import is an error, not a fallback
     limits = ", ".join(f"{key} {call[key]}" for key in k.call_keys)
     return fn, package, f"{x.device.type} {DTYPE_NAMES.get(dtype, dtype)}" + (f", {limits}" if limits else "") \
         + ": within its limits"
