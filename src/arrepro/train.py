@@ -207,7 +207,8 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
                 state["step"] += 1
                 steps_run += 1
                 if steps_run == 1:  # which kernel or portable path each mixer took, and why
-                    log(f"[{tag}] {describe_paths(paths_used(model))}")
+                    state["kernel_paths"] = paths_used(model, state.get("kernel_paths", []))
+                    log(f"[{tag}] {describe_paths(state['kernel_paths'])}")
                 if terminated["flag"] or (stop_after_steps is not None and steps_run >= stop_after_steps):
                     state["train_seconds"] += time.perf_counter() - t0
                     save_checkpoint()
@@ -249,7 +250,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         "diverged": state["diverged"], "parameters": n_params, "epochs_run": len(state["metrics"]),
         "steps": state["step"], "train_seconds": state["train_seconds"],
         "tokens_per_second": state["step"] * bs * L / max(state["train_seconds"], 1e-9),
-        "device": device.type, "kernel_paths": paths_used(model), "cell": spec,
+        "device": device.type, "kernel_paths": paths_used(model, state.get("kernel_paths", [])), "cell": spec,
     }
     write_json(out / "result.json", result)
     return result

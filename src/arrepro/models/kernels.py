@@ -270,12 +270,13 @@ class KernelMixer(nn.Module):
         return self.forward_portable(x) if fn is None else self.forward_kernel(x)
 
 
-def paths_used(model: nn.Module) -> list[dict]:
+def paths_used(model: nn.Module, earlier: list[dict] = ()) -> list[dict]:
     """The paths the model's kernel-capable modules took on the calls that ran, one dict per
-    distinct (op, path): {"op", "path": "kernel" | "portable", "package": "name version" | None, "reason"}.
-    A mixer's portable path is pure PyTorch throughout (its short convs included), so a short
-    conv appears only where it was asked itself."""
-    seen: dict[tuple[str, str], dict] = {}
+    distinct (op, path): {"op", "path": "kernel" | "portable", "package": "name version" | None, "reason"},
+    after ``earlier`` ones (a resumed run's, from its checkpoint). A mixer's portable path is pure
+    PyTorch throughout (its short convs included), so a short conv appears only where it was asked
+    itself."""
+    seen = {(p["op"], p["path"]): p for p in earlier}
     for module in model.modules():
         for (op, path), record in module.__dict__.get("_kernel_paths", {}).items():
             seen.setdefault((op, path), {"op": op, **record})
