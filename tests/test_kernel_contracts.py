@@ -26,6 +26,7 @@ from arrepro.train import train_cell
 
 import kernel_standins as si
 from conftest import ROOT
+from test_mixers import assert_paths_agree
 
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 MODELS = CONFIG["models"]
@@ -115,6 +116,23 @@ def test_paper_shapes_respect_kernel_contracts(standins, name, width, length, pr
             assert records["short_conv.causal_conv1d_fn"]["path"] == "kernel"
     for r in records.values():
         assert "override" in r["package"], r
+
+
+# one model per mixer configuration with a kernel path
+KERNEL_MODELS = sorted({_mixer_key(s): n for n, s in reversed(MODELS.items())
+                        if issubclass(get_mixer(s["mixer"]), KernelMixer)}.values())
+
+
+@pytest.mark.parametrize("name", KERNEL_MODELS)
+def test_kernel_path_through_standins_matches_portable(standins, name):
+    """forward_kernel's argument conventions (layouts, transposes, scales, dtypes, what the kernel
+    applies itself) against forward_portable, outputs and gradients, at a ragged length: fp32 where
+    the kernel takes fp32 (1e-5 relative), else bf16 autocast against fp32 (3e-2)."""
+    m = build(name, 32, 23)
+    x = torch.randn(2, 23, 32, requires_grad=True)
+    half = m.kernel_name in si.HALF_ONLY
+    amp = torch.autocast("cpu", dtype=torch.bfloat16) if half else contextlib.nullcontext()
+    assert_paths_agree(name, m, x, "forward_kernel", "forward_portable", 3e-2 if half else 1e-5, amp=amp)
 
 
 def test_cases_cover_every_model_and_the_large_head_dims():
