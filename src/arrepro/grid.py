@@ -55,7 +55,7 @@ def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
 def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     pkg = "src/arrepro"
     files = [f"{pkg}/train.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
-             f"{pkg}/models/registry.py"]
+             f"{pkg}/models/registry.py", f"{pkg}/models/kernels.py"]
     todo, seen = [mixer], []
     while todo:
         name = todo.pop()

@@ -37,6 +37,7 @@ import torch
 from .digest import file_digest, source_digest
 from .grid import DATA_SOURCES, train_sources
 from .models import LanguageModel
+from .models.kernels import describe_paths, paths_used
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -375,6 +376,9 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
                 state["step"] += 1
                 state["examples"] += len(idx)  # the last batch of an epoch may be short
                 steps_run += 1
+                if steps_run == 1:  # which kernel or portable path each mixer took, and why
+                    state["kernel_paths"] = paths_used(model, state.get("kernel_paths", []))
+                    log(f"[{tag}] {describe_paths(state['kernel_paths'])}")
                 if stop_signal["name"] or (stop_after_steps is not None and steps_run >= stop_after_steps):
                     state["train_seconds"] += time.perf_counter() - t0
                     save_checkpoint()
@@ -417,7 +421,8 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         "diverged": state["diverged"], "parameters": n_params, "epochs_run": len(state["metrics"]),
         "steps": state["step"], "train_seconds": state["train_seconds"],
         "tokens_per_second": state["examples"] * L / max(state["train_seconds"], 1e-9),
-        "device": device.type, "precision": precision, "cell": spec,
+        "device": device.type, "precision": precision,
+        "kernel_paths": paths_used(model, state.get("kernel_paths", [])), "cell": spec,
     }
     write_json(out / "result.json", result)
     return result

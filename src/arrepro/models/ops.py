@@ -7,16 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .registry import use_kernels
-
-try:  # optional CUDA kernel
-    from causal_conv1d import causal_conv1d_fn
-except Exception:  # noqa: BLE001 - any import failure means "no kernel"
-    causal_conv1d_fn = None
+from .kernels import KernelMixer
 
 
-class ShortConv(nn.Module):
+class ShortConv(KernelMixer):
     """Depthwise causal 1-D convolution over time on (B, L, D); kernel path: causal-conv1d."""
+    op_name = "short_conv"
+    kernel_name = "causal_conv1d_fn"
 
     def __init__(self, dim: int, kernel_size: int = 3, bias: bool = True, activation: str | None = None):
         super().__init__()
@@ -24,10 +21,8 @@ class ShortConv(nn.Module):
         self.activation = activation
         self.conv = nn.Conv1d(dim, dim, kernel_size, groups=dim, padding=kernel_size - 1, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if causal_conv1d_fn is not None and use_kernels(x):
-            return self.forward_kernel(x)
-        return self.forward_portable(x)
+    def kernel_call(self) -> dict:
+        return {"width": self.kernel_size}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         y = self.conv(x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
@@ -35,7 +30,7 @@ class ShortConv(nn.Module):
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
         w = self.conv.weight.squeeze(1)
-        y = causal_conv1d_fn(x.transpose(1, 2).contiguous(), w, self.conv.bias, activation=self.activation)
+        y = self.kernel_function()(x.transpose(1, 2).contiguous(), w, self.conv.bias, activation=self.activation)
         return y.transpose(1, 2)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,9 @@ depends on inputs at positions <= t only). Each mixer lives in one file under
 ``arrepro/models/mixers/`` and offers, side by side:
 
 * ``forward_portable(x)`` -- pure PyTorch, vectorised or chunked, fast enough on a CPU;
-* ``forward_kernel(x)``   -- the CUDA kernel package's path over the same parameters
-  (only where a package exists; chosen by ``forward`` on CUDA when it is installed);
+* ``forward_kernel(x)``   -- the CUDA kernel package's path over the same parameters (only where
+  a package exists; such a mixer subclasses ``arrepro.models.kernels.KernelMixer``, whose
+  ``forward`` picks the kernel on CUDA within its limits, else the portable path, and records why);
 * ``forward_reference(x)``-- the plainest statement of the math (for recurrences a loop over
   time steps), the ground truth the tests compare the other paths against.
 
@@ -15,7 +16,7 @@ Required static method ``expected_parameters(d_model, *, max_len, **hparams)``: 
 count by formula (the tests check the module against it).
 
 Optional class attributes: ``supports_rope`` (the mixer applies rotary embeddings itself when
-built with ``rope=True``), ``kernel_package`` (the pip package its kernel path needs).
+built with ``rope=True``), ``kernel_name`` (its kernel function, a key of ``kernels.KERNELS``).
 Optional method ``reset_special_parameters()`` runs after the backbone's generic init.
 """
 from __future__ import annotations
@@ -61,7 +62,3 @@ def available_mixers() -> list[str]:
     here = os.path.join(os.path.dirname(__file__), "mixers")
     return sorted(f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_"))
 
-
-def use_kernels(x) -> bool:
-    """Kernel paths run on CUDA tensors unless ARREPRO_KERNELS=0."""
-    return bool(x.is_cuda) and os.environ.get("ARREPRO_KERNELS", "1") != "0"

@@ -2,7 +2,8 @@
 convolutions on the Q, K and/or V paths (the paper's "Attention + Conv", Sec. 7).
 
 Portable path: ``torch.nn.functional.scaled_dot_product_attention``.
-Kernel path:   ``flash_attn.flash_attn_func`` (bf16/fp16) on CUDA when flash-attn is installed.
+Kernel path:   ``flash_attn.flash_attn_func`` on CUDA in a bf16/fp16 run, head dim <= 256
+               (``arrepro.models.kernels`` decides and records why).
 Reference:     explicit masked softmax.
 """
 from __future__ import annotations
@@ -11,19 +12,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels import KernelMixer, compute_dtype
 from ..ops import ShortConv, apply_rotary, rotary_tables
-from ..registry import register, use_kernels
-
-try:
-    from flash_attn import flash_attn_func
-except Exception:  # noqa: BLE001
-    flash_attn_func = None
+from ..registry import register
 
 
 @register("attention")
-class Attention(nn.Module):
+class Attention(KernelMixer):
     supports_rope = True
-    kernel_package = "flash-attn"
+    kernel_name = "flash_attn_func"
 
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 1, dropout: float = 0.0,
                  rope: bool = False, conv: str = "", conv_size: int = 3):
@@ -59,10 +56,8 @@ class Attention(nn.Module):
     def _out(self, y: torch.Tensor) -> torch.Tensor:
         return self.out_proj(y.transpose(1, 2).flatten(2))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if flash_attn_func is not None and use_kernels(x):
-            return self.forward_kernel(x)
-        return self.forward_portable(x)
+    def kernel_call(self) -> dict:
+        return {"head_dim": self.dh}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward_portable")
@@ -71,9 +66,9 @@ class Attention(nn.Module):
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward")
-        dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+        dtype = compute_dtype(x)  # half: the dispatch runs flash-attn only in a bf16/fp16 run
         q, k, v = (t.transpose(1, 2).to(dtype) for t in (q, k, v))  # flash-attn wants (B, L, H, dh)
-        y = flash_attn_func(q, k, v, dropout_p=self.dropout if self.training else 0.0, causal=True)
+        y = self.kernel_function()(q, k, v, dropout_p=self.dropout if self.training else 0.0, causal=True)
         return self._out(y.transpose(1, 2).to(x.dtype))
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:

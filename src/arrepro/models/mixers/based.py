@@ -37,19 +37,14 @@ Paths over the same parameters:
 """
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
 from torch import nn
 
+from ..kernels import KernelMixer, compute_dtype, fla_layout_kwargs
 from ..ops import ShortConv
-from ..registry import register, use_kernels
-
-try:  # optional CUDA (Triton) kernel
-    from fla.ops.based import parallel_based
-except Exception:  # noqa: BLE001 - any import failure means "no kernel"
-    parallel_based = None
+from ..registry import register
 
 
 def taylor_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -60,8 +55,8 @@ def taylor_feature_map(x: torch.Tensor) -> torch.Tensor:
 
 
 @register("based")
-class Based(nn.Module):
-    kernel_package = "flash-linear-attention"
+class Based(KernelMixer):
+    kernel_name = "parallel_based"
     # portable path: positions per chunk (quadratic inside, feature-space state across). The
     # state is (1 + F + F^2) x Dv per chunk, so for short sequences the plain quadratic form is
     # cheaper (on 2 CPU cores at L=256, F=16 about twice as fast as chunks of 64 or 128);
@@ -99,10 +94,8 @@ class Based(nn.Module):
         return self.out_proj(y.transpose(1, 2).flatten(2))
 
     # ---- paths ---------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if parallel_based is not None and use_kernels(x):
-            return self.forward_kernel(x)
-        return self.forward_portable(x)
+    def kernel_call(self) -> dict:
+        return {"feature_dim": self.f}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward_portable")
@@ -132,13 +125,11 @@ class Based(nn.Module):
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward")
-        dtype = q.dtype if q.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+        dtype = compute_dtype(x)  # the run's precision: fp32, or the autocast half dtype
         # fla 0.6 takes [B, T, H, K]; the releases with a head_first switch are told so
         q, k, v = (t.transpose(1, 2).to(dtype).contiguous() for t in (q, k, v))
-        kwargs = {"scale": self.f**-0.5, "use_norm": True}
-        if "head_first" in inspect.signature(parallel_based).parameters:
-            kwargs["head_first"] = False
-        y = parallel_based(q, k, v, **kwargs)  # (B, L, H, Dv)
+        op = self.kernel_function()
+        y = op(q, k, v, scale=self.f**-0.5, use_norm=True, **fla_layout_kwargs(op))  # (B, L, H, Dv)
         return self.out_proj(y.flatten(2).to(x.dtype))
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:

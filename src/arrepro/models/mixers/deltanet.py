@@ -31,35 +31,21 @@ Paths:
 * ``forward_reference``: the per-timestep recurrence above.
 * ``forward_kernel`` (CUDA, flash-linear-attention installed; checked against 0.6.0):
   ``fla.ops.delta_rule.chunk_delta_rule(q, k, v, beta, scale)`` on [B, T, H, d] tensors (not
-  head-first; older releases with a ``head_first`` switch are told so), bf16/fp16 only. q and k
+  head-first; older releases with a ``head_first`` switch are told so), bf16/fp16 only, so the
+  dispatch (``arrepro.models.kernels``) runs it only in a half-precision run, head dim <= 256. q and k
   are L2-normalised and q scaled here, so ``scale=1`` and ``use_qk_l2norm_in_kernel`` stays off.
 """
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels import KernelMixer, compute_dtype, fla_layout_kwargs
 from ..ops import ShortConv
-from ..registry import register, use_kernels
-
-try:
-    from fla.ops.delta_rule import chunk_delta_rule as fla_chunk_delta_rule
-except Exception:  # noqa: BLE001 - any import failure means "no kernel"
-    fla_chunk_delta_rule = None
-
-
-def fla_layout_kwargs(fn) -> dict:
-    """Keyword that makes an fla chunk op read [B, T, H, d]: releases with a ``head_first``
-    argument (some defaulted to True, i.e. [B, H, T, d]) get head_first=False; the current ones
-    (0.5, 0.6) have no such argument and refuse it."""
-    try:
-        return {"head_first": False} if "head_first" in inspect.signature(fn).parameters else {}
-    except (TypeError, ValueError):
-        return {}
+from ..registry import register
 
 
 L2_EPS = 1e-6  # as fla's l2norm: x / sqrt(sum x^2 + eps)
@@ -144,10 +130,10 @@ def delta_rule_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
 
 
 @register("deltanet")
-class DeltaNet(nn.Module):
-    """Also the base of ``GatedDeltaNet``, which adds its layers in ``_head_projections`` and
-    overrides ``_log_decay``, ``_output_gate`` and ``_kernel_op`` (all trivial here)."""
-    kernel_package = "flash-linear-attention"
+class DeltaNet(KernelMixer):
+    """Also the base of ``GatedDeltaNet``, which adds its layers in ``_head_projections``,
+    overrides ``_log_decay`` and ``_output_gate`` (both trivial here) and names its own kernel."""
+    kernel_name = "chunk_delta_rule"
 
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 2, conv_size: int = 4,
                  norm_eps: float = 1e-5, chunk_size: int = 64):
@@ -200,15 +186,8 @@ class DeltaNet(nn.Module):
         o = self._output_gate(self.o_norm(o.float()), x).to(x.dtype)
         return self.out_proj(o.transpose(1, 2).flatten(2))
 
-    @staticmethod
-    def _kernel_op():
-        """fla's chunked op for this layer, None where fla is missing (looked up at call time)."""
-        return fla_chunk_delta_rule
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._kernel_op() is not None and use_kernels(x):
-            return self.forward_kernel(x)
-        return self.forward_portable(x)
+    def kernel_call(self) -> dict:
+        return {"head_dim": self.dh}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v, beta, g = self._features(x, "forward_portable")
@@ -216,11 +195,11 @@ class DeltaNet(nn.Module):
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v, beta, g = self._features(x, "forward")
-        dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+        dtype = compute_dtype(x)  # the run's precision (chunk_delta_rule runs only in a half one)
         # fla wants (B, L, H, d); the gated op takes (q, k, v, g, beta) with g in fp32
         q, k, v, beta = (t.transpose(1, 2).to(dtype).contiguous() for t in (q, k, v, beta))
         decay = () if g is None else (g.transpose(1, 2).contiguous(),)
-        op = self._kernel_op()
+        op = self.kernel_function()
         o, _ = op(q, k, v, *decay, beta, scale=1.0, **fla_layout_kwargs(op))
         return self._out(o.transpose(1, 2), x)
 

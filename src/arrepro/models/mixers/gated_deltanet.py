@@ -39,16 +39,12 @@ from torch import nn
 from ..registry import register
 from .deltanet import DeltaNet
 
-try:
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_chunk_gated_delta_rule
-except Exception:  # noqa: BLE001 - any import failure means "no kernel"
-    fla_chunk_gated_delta_rule = None
-
 
 @register("gated_deltanet")
 class GatedDeltaNet(DeltaNet):
     """DeltaNet (projections, convolutions, q/k/v/beta, norm, all paths) plus the decay (a_proj,
     A_log, dt_bias), the output gate (g_proj) and fla's gated op; built as DeltaNet is."""
+    kernel_name = "chunk_gated_delta_rule"
 
     def __init__(self, d_model: int, **kwargs):
         super().__init__(d_model, **kwargs)
@@ -87,7 +83,3 @@ class GatedDeltaNet(DeltaNet):
         """RMSNorm(o) * SiLU(W_g x), per head, fp32."""
         gate = self.g_proj(x).unflatten(-1, (self.h, self.dh)).transpose(1, 2)
         return o * F.silu(gate.float())
-
-    @staticmethod
-    def _kernel_op():
-        return fla_chunk_gated_delta_rule

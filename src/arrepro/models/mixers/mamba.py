@@ -28,7 +28,8 @@ Three paths over the same parameters:
   a positive number. The backward pass runs the adjoint recurrence g_t = C_t dy_t + a_{t+1} g_{t+1}
   through the same scheme right to left. About 3 sqrt(L) Python steps instead of L.
 * ``forward_kernel``: mamba-ssm's ``selective_scan_fn`` (CUDA) and causal-conv1d, used by
-  ``forward`` on CUDA when installed; the block is ours, so the ablations work there too.
+  ``forward`` on CUDA when installed (``arrepro.models.kernels`` decides and records why); the
+  block is ours, so the ablations work there too.
 """
 from __future__ import annotations
 
@@ -39,13 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ..kernels import KernelMixer
 from ..ops import ShortConv
-from ..registry import register, use_kernels
-
-try:  # optional CUDA kernel
-    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-except Exception:  # noqa: BLE001 - any import failure means "no kernel"
-    selective_scan_fn = None
+from ..registry import register
 
 
 # --------------------------------------------------------------------------- the chunked scan
@@ -140,7 +137,8 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch
     args = [t.to(dtype) for t in (dt, A, x, Bm, Cm)]
     if pad:
         args = [F.pad(t, (0, 0, 0, pad)) if t.dim() == 3 else t for t in args]
-    y = _SelectiveScan.apply(*args, chunk)
+    with torch.autocast(x.device.type, enabled=False):  # fp32 inside, so gradients match outputs in dtype
+        y = _SelectiveScan.apply(*args, chunk)
     return y[:, :L].to(x.dtype)
 
 
@@ -148,8 +146,9 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch
 
 
 @register("mamba")
-class Mamba(nn.Module):
-    kernel_package = "mamba-ssm"
+class Mamba(KernelMixer):
+    kernel_name = "selective_scan_fn"
+    chunk_size: int | None = None  # portable scan: steps per chunk; None: about sqrt(L)
 
     def __init__(self, d_model: int, *, max_len: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
                  dt_rank: int | str = "auto", conv: bool = True, gate: bool = True,
@@ -203,16 +202,14 @@ class Mamba(nn.Module):
     def _output(self, y: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
         return self.out_proj(y * F.silu(z) if z is not None else y)
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
-        if selective_scan_fn is not None and use_kernels(u):
-            return self.forward_kernel(u)
-        return self.forward_portable(u)
+    def kernel_call(self) -> dict:
+        return {"d_state": self.d_state}
 
     def forward_portable(self, u: torch.Tensor) -> torch.Tensor:
         x, z, r, Bm, Cm = self._ssm_inputs(u, "forward_portable")
         dt = F.softplus(self.dt_proj(r))
         A = -torch.exp(self.A_log)
-        y = selective_scan(x, dt, A, Bm, Cm) + x * self.D
+        y = selective_scan(x, dt, A, Bm, Cm, self.chunk_size) + x * self.D
         return self._output(y, z)
 
     def forward_kernel(self, u: torch.Tensor) -> torch.Tensor:
@@ -221,7 +218,7 @@ class Mamba(nn.Module):
         dt = r @ self.dt_proj.weight.t().to(r.dtype)  # the bias goes in as delta_bias (fp32)
         dtype = x.dtype  # the kernel wants u, delta, B, C, z in one dtype, laid out (B, channels, L)
         ch = lambda t: t.transpose(1, 2).to(dtype).contiguous()  # noqa: E731
-        y = selective_scan_fn(ch(x), ch(dt), -torch.exp(self.A_log.float()), ch(Bm), ch(Cm),
+        y = self.kernel_function()(ch(x), ch(dt), -torch.exp(self.A_log.float()), ch(Bm), ch(Cm),
                               D=self.D.float(), z=ch(z) if z is not None else None,
                               delta_bias=self.dt_proj.bias.float(), delta_softplus=True)
         return self.out_proj(y.transpose(1, 2))  # the kernel already applied D and y * silu(z)

@@ -35,13 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kernels import KernelMixer
 from ..ops import ShortConv
-from ..registry import register, use_kernels
-
-try:  # optional CUDA kernel (Triton)
-    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-except Exception:  # noqa: BLE001 - any import failure means "no kernel"
-    mamba_chunk_scan_combined = None
+from ..registry import register
 
 
 def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tensor, Cm: torch.Tensor,
@@ -97,8 +93,8 @@ class GatedRMSNorm(nn.Module):
 
 
 @register("mamba2")
-class Mamba2(nn.Module):
-    kernel_package = "mamba-ssm"
+class Mamba2(KernelMixer):
+    kernel_name = "mamba_chunk_scan_combined"
 
     def __init__(self, d_model: int, *, max_len: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
                  headdim: int = 16, chunk_size: int = 64, A_init_range: tuple = (1.0, 16.0),
@@ -151,11 +147,6 @@ class Mamba2(nn.Module):
     def _output(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return self.out_proj(self.norm(y.flatten(-2), z))
 
-    def forward(self, u: torch.Tensor) -> torch.Tensor:
-        if mamba_chunk_scan_combined is not None and use_kernels(u):
-            return self.forward_kernel(u)
-        return self.forward_portable(u)
-
     def forward_portable(self, u: torch.Tensor) -> torch.Tensor:
         z, x, Bm, Cm, dt = self._project(u, "forward_portable")
         dt = F.softplus(dt + self.dt_bias)
@@ -165,7 +156,7 @@ class Mamba2(nn.Module):
     def forward_kernel(self, u: torch.Tensor) -> torch.Tensor:
         # conv path "forward": ShortConv runs causal-conv1d on CUDA when that is installed
         z, x, Bm, Cm, dt = self._project(u, "forward")
-        y = mamba_chunk_scan_combined(x, dt, -torch.exp(self.A_log.float()), Bm[:, :, None], Cm[:, :, None],
+        y = self.kernel_function()(x, dt, -torch.exp(self.A_log.float()), Bm[:, :, None], Cm[:, :, None],
                                       chunk_size=256, D=self.D.float(), z=None,
                                       dt_bias=self.dt_bias.float(), dt_softplus=True)
         return self._output(y, z)

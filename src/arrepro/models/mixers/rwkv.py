@@ -127,6 +127,7 @@ def wkv_reference(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Te
 @register("rwkv")
 class RWKV(nn.Module):
     """RWKV-4 time mixing over (B, L, d_model); state size d_model (one scalar pair per channel)."""
+    chunk_size = 4  # portable path: steps per chunk (see wkv_chunked)
 
     def __init__(self, d_model: int, *, max_len: int):
         super().__init__()
@@ -172,7 +173,7 @@ class RWKV(nn.Module):
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         r, k, v, w, u = self._rkv(x)
-        wkv = wkv_chunked(w, u, k, v).to(r.dtype)
+        wkv = wkv_chunked(w, u, k, v, self.chunk_size).to(r.dtype)
         return self.out_proj(torch.sigmoid(r) * wkv)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,292 @@
+"""The one home of the kernel-or-portable choice: which CUDA/Triton kernel a mixer may call, and why not.
+
+``KERNELS`` names every kernel function the mixers can use, with its pip distribution, its module
+and its limits as the pinned package's own C++/Triton code states them (versions: the ``gpu``
+extra of pyproject.toml). A mixer (a ``KernelMixer``) asks with its actual call::
+
+    fn, record = choose("flash_attn_func", x, head_dim=512)
+
+and gets the kernel function, or None and the reason the portable path runs instead ("CPU
+tensor", "ARREPRO_KERNELS=0", "flash-attn not installed", "head dim 512 > flash-attn's limit 256:
+SDPA", "fp32 run: chunk_delta_rule needs bf16/fp16: ..."). Every module records what it chose on
+its calls; ``paths_used(model)`` lists the records, one per distinct (op, path).
+
+Precision: a kernel that refuses fp32 runs only when its inputs are half precision, i.e. the
+tensor is fp16/bf16 or autocast to a half dtype is active on its device (``compute_dtype``); an
+fp32 run (the default precision) never silently drops to bf16.
+
+Loud failures: on CUDA, a kernel package that is installed (its distribution is found by
+``importlib.metadata``) but fails to import raises ``KernelImportError`` quoting the import
+error; ``ARREPRO_KERNELS=0`` opts out of every kernel. mamba-ssm's kernel submodules are
+imported without running the package ``__init__`` (which imports Mamba3 and its optional
+dependencies); a later ``import mamba_ssm`` in the same process then sees that bare package.
+
+Tests: ``override({name: fn})`` (a context manager) is the one injection point: inside it the
+named kernels are those functions, and tensors on any device (CPU too) count as kernel-capable;
+limits and precision rules still apply.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import sys
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+ENV = "ARREPRO_KERNELS"
+HALF = (torch.float16, torch.bfloat16)
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
+
+
+def _at_most(key: str, limit: int, what: str, owner: str):
+    """A limit ``call[key] <= limit``; the reason names the value and the package's limit."""
+    def check(call: dict) -> str | None:
+        v = call[key]
+        return f"{what} {v} > {owner}'s limit {limit}" if v > limit else None
+    return check
+
+
+def _flash_head_dim(call: dict) -> str | None:
+    # flash_attn_interface.py pads the head dim to a multiple of 8 before the C++ check
+    # (flash_api.cpp: head_size <= 256 in mha_fwd and mha_bwd)
+    d = call["head_dim"]
+    return f"head dim {d} > flash-attn's limit 256" if -(-d // 8) * 8 > 256 else None
+
+
+def _conv_width(call: dict) -> str | None:
+    w = call["width"]
+    return None if 2 <= w <= 4 else f"conv width {w} outside causal-conv1d's 2..4"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel function: where it lives and what it accepts (see each entry's source lines)."""
+    dists: tuple[str, ...]  # pip distributions that provide ``module`` (the first installed one counts)
+    module: str
+    attr: str
+    fallback: str  # what runs instead, named in the reason
+    half_only: bool = False  # refuses fp32 inputs (runs only in a bf16/fp16 run)
+    limits: tuple[Callable[[dict], str | None], ...] = ()  # each: the call's facts -> why not, or None
+    min_capability: tuple[int, int] | None = None  # CUDA compute capability it needs
+    bare_package: str | None = None  # import ``module`` without running this package's __init__
+    call_keys: tuple[str, ...] = ()  # the facts ``limits`` read from the call
+
+
+KERNELS: dict[str, Kernel] = {
+    # causal_conv1d.cpp 1.7.0, causal_conv1d_fwd/bwd: x, weight fp32/fp16/bf16 (each), width 2..4,
+    # x (B, D, L) with stride(2) == 1 (the wrapper makes it contiguous), bias dtype == weight dtype
+    "causal_conv1d_fn": Kernel(("causal-conv1d",), "causal_conv1d", "causal_conv1d_fn",
+                               "nn.Conv1d", limits=(_conv_width,), call_keys=("width",)),
+    # flash_api.cpp 2.8.3.post2, mha_fwd/mha_bwd: fp16/bf16 only, head_size <= 256, sm80+
+    "flash_attn_func": Kernel(("flash-attn",), "flash_attn", "flash_attn_func", "SDPA", half_only=True,
+                              limits=(_flash_head_dim,), min_capability=(8, 0), call_keys=("head_dim",)),
+    # fla 0.6.0 ops/based/parallel.py, parallel_based: feature dim (q.shape[-1]) <= 128; any float dtype
+    "parallel_based": Kernel(("fla-core", "flash-linear-attention"), "fla.ops.based", "parallel_based",
+                             "the portable quadratic/chunked form",
+                             limits=(_at_most("feature_dim", 128, "feature dim", "parallel_based"),),
+                             call_keys=("feature_dim",)),
+    # selective_scan.cpp 2.3.2.post1, selective_scan_fwd/bwd: u fp32/fp16/bf16, A/D/delta_bias fp32,
+    # dstate <= 256
+    "selective_scan_fn": Kernel(("mamba-ssm",), "mamba_ssm.ops.selective_scan_interface", "selective_scan_fn",
+                                "the portable chunked scan",
+                                limits=(_at_most("d_state", 256, "d_state", "selective_scan"),),
+                                bare_package="mamba_ssm", call_keys=("d_state",)),
+    # mamba-ssm 2.3.2.post1 ops/triton/ssd_combined.py: shape asserts only (nheads % ngroups == 0)
+    "mamba_chunk_scan_combined": Kernel(("mamba-ssm",), "mamba_ssm.ops.triton.ssd_combined",
+                                        "mamba_chunk_scan_combined", "the portable chunked SSD",
+                                        bare_package="mamba_ssm"),
+    # fla 0.6.0 ops/delta_rule/chunk.py: q.dtype != float32 (asserted); ops/common/chunk_delta_h.py:
+    # K <= 256 (forward and backward)
+    "chunk_delta_rule": Kernel(("fla-core", "flash-linear-attention"), "fla.ops.delta_rule", "chunk_delta_rule",
+                               "the portable chunked delta rule", half_only=True,
+                               limits=(_at_most("head_dim", 256, "head dim", "fla's chunk_delta_rule"),),
+                               call_keys=("head_dim",)),
+    # fla 0.6.0 ops/gated_delta_rule/chunk.py (no dtype assert); ops/common/chunk_delta_h.py: K <= 256
+    "chunk_gated_delta_rule": Kernel(("fla-core", "flash-linear-attention"), "fla.ops.gated_delta_rule",
+                                     "chunk_gated_delta_rule", "the portable chunked gated delta rule",
+                                     limits=(_at_most("head_dim", 256, "head dim", "fla's chunk_gated_delta_rule"),),
+                                     call_keys=("head_dim",)),
+}
+
+
+class KernelImportError(ImportError):
+    """A kernel package is installed but cannot be imported (a broken build): never a silent fallback."""
+
+
+_functions: dict[str, Callable] = {}  # imported kernels
+_overrides: dict[str, Callable] = {}  # test stand-ins (``override``)
+_decisions: dict[tuple, tuple[Callable | None, dict]] = {}  # (name, device, dtype, call, env, overrides)
+
+
+def installed(name: str) -> str | None:
+    """'dist version' of the distribution that provides kernel ``name``, or None."""
+    for dist in KERNELS[name].dists:
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _import_bare(module: str, package: str):
+    """Import ``module`` with ``package`` registered as a bare package (its __init__ not run)."""
+    if package not in sys.modules:
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.submodule_search_locations is None:
+            raise ModuleNotFoundError(f"no package {package!r}", name=package)
+        bare = types.ModuleType(package)
+        bare.__path__, bare.__spec__, bare.__file__ = list(spec.submodule_search_locations), spec, spec.origin
+        bare.__package__ = package
+        sys.modules[package] = bare
+    return importlib.import_module(module)
+
+
+def function(name: str) -> Callable:
+    """The kernel function ``name`` (an override inside ``override``), imported on first use.
+    Raises KernelImportError, quoting the import error, when its package is installed but broken."""
+    if name in _overrides:
+        return _overrides[name]
+    if name not in _functions:
+        k = KERNELS[name]
+        try:
+            mod = _import_bare(k.module, k.bare_package) if k.bare_package else importlib.import_module(k.module)
+            _functions[name] = getattr(mod, k.attr)
+        except Exception as err:  # noqa: BLE001 - any failure of an installed package is reported
+            raise KernelImportError(
+                f"{installed(name) or '/'.join(k.dists)} is installed but `from {k.module} import {k.attr}` "
+                f"failed: {type(err).__name__}: {err} (set {ENV}=0 to run the portable paths instead)") from err
+    return _functions[name]
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a kernel call computes in: x's if half, else autocast's half dtype where autocast is
+    active on x's device, else x's (an fp32 run stays fp32)."""
+    if x.dtype in HALF:
+        return x.dtype
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev) in HALF:
+        return torch.get_autocast_dtype(dev)
+    return x.dtype
+
+
+def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, str | None, str]:
+    k = KERNELS[name]
+    if os.environ.get(ENV, "1") == "0":
+        return None, None, f"{ENV}=0"
+    package = installed(name)
+    if name in _overrides:
+        fn = _overrides[name]
+        package = f"{package or k.dists[0]} (override: {fn.__module__}.{fn.__qualname__})"
+    elif not x.is_cuda:
+        return None, None, f"{'CPU' if x.device.type == 'cpu' else x.device.type} tensor"
+    elif package is None:
+        return None, None, f"{k.dists[0]} not installed"
+    else:  # installed: a failing import is an error, even where the limits below rule the kernel out
+        fn = function(name)
+    dtype = compute_dtype(x)
+    if k.half_only and dtype not in HALF:
+        return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} needs bf16/fp16: {k.fallback}"
+    for limit in k.limits:
+        why = limit(call)
+        if why:
+            return None, package, f"{why}: {k.fallback}"
+    if k.min_capability and x.is_cuda:
+        cap = torch.cuda.get_device_capability(x.device)
+        if cap < k.min_capability:
+            need = "sm%d%d" % k.min_capability
+            return None, package, f"GPU sm{cap[0]}{cap[1]}: {k.dists[0]} needs {need}+: {k.fallback}"
+    limits = ", ".join(f"{key} {call[key]}" for key in k.call_keys)
+    return fn, package, f"{x.device.type} {DTYPE_NAMES.get(dtype, dtype)}" + (f", {limits}" if limits else "") \
+        + ": within its limits"
+
+
+def choose(name: str, x: torch.Tensor, **call) -> tuple[Callable | None, dict]:
+    """The kernel ``name`` for this call (None: run the portable path) and the record saying why.
+    ``call`` holds the facts the kernel's limits read (``KERNELS[name].call_keys``)."""
+    key = (name, x.device, compute_dtype(x), tuple(sorted(call.items())), os.environ.get(ENV),
+           tuple((n, id(f)) for n, f in sorted(_overrides.items())))
+    if key not in _decisions:
+        fn, package, reason = _decide(name, x, call)
+        _decisions[key] = fn, {"path": "portable" if fn is None else "kernel", "package": package, "reason": reason}
+    return _decisions[key]
+
+
+@contextlib.contextmanager
+def override(functions: dict[str, Callable]):
+    """Tests only: use ``functions`` as the named kernels and treat tensors on any device as
+    kernel-capable (limits and precision rules still apply). Restores the previous state on exit."""
+    unknown = set(functions) - set(KERNELS)
+    if unknown:
+        raise KeyError(f"override: unknown kernels {sorted(unknown)}; known: {sorted(KERNELS)}")
+    saved = dict(_overrides)
+    _overrides.update(functions)
+    try:
+        yield
+    finally:
+        _overrides.clear()
+        _overrides.update(saved)
+
+
+def fla_layout_kwargs(fn: Callable) -> dict:
+    """Keyword that makes an fla op read [B, T, H, d]: releases with a ``head_first`` argument
+    (some defaulted to True, i.e. [B, H, T, d]) get head_first=False; the current ones (0.5, 0.6)
+    have no such argument and refuse it."""
+    try:
+        return {"head_first": False} if "head_first" in inspect.signature(fn).parameters else {}
+    except (TypeError, ValueError):
+        return {}
+
+
+class KernelMixer(nn.Module):
+    """A module with a kernel path: ``forward`` asks ``choose(self.kernel_name, x,
+    **self.kernel_call())``, records the answer, and runs ``forward_kernel`` or
+    ``forward_portable``. A subclass sets ``kernel_name`` and, where the kernel has limits, returns
+    the facts they read from ``kernel_call``; ``forward_kernel`` gets the function from
+    ``self.kernel_function()``."""
+    kernel_name: str
+
+    @property
+    def op_name(self) -> str:
+        return getattr(type(self), "registry_name", type(self).__name__.lower())
+
+    def kernel_call(self) -> dict:
+        return {}
+
+    def kernel_function(self) -> Callable:
+        return function(self.kernel_name)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fn, record = choose(self.kernel_name, x, **self.kernel_call())
+        op = f"{self.op_name}.{self.kernel_name}"
+        self.__dict__.setdefault("_kernel_paths", {})[op, record["path"]] = record
+        return self.forward_portable(x) if fn is None else self.forward_kernel(x)
+
+
+def paths_used(model: nn.Module, earlier: list[dict] = ()) -> list[dict]:
+    """The paths the model's kernel-capable modules took on the calls that ran, one dict per
+    distinct (op, path): {"op", "path": "kernel" | "portable", "package": "name version" | None, "reason"},
+    after ``earlier`` ones (a resumed run's, from its checkpoint). A mixer's portable path is pure
+    PyTorch throughout (its short convs included), so a short conv appears only where it was asked
+    itself."""
+    seen = {(p["op"], p["path"]): p for p in earlier}
+    for module in model.modules():
+        for (op, path), record in module.__dict__.get("_kernel_paths", {}).items():
+            seen.setdefault((op, path), {"op": op, **record})
+    return list(seen.values())
+
+
+def describe_paths(paths: list[dict]) -> str:
+    """One line per entry of ``paths_used``, for logs."""
+    if not paths:
+        return "kernel paths: none (no mixer with a kernel path ran)"
+    return "kernel paths:" + "".join(
+        f"\n  {p['op']}: {p['path']}" + (f" [{p['package']}]" if p["package"] else "") + f" ({p['reason']})"
+        for p in paths)
