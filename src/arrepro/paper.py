@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from arrepro.claims import ATTENTION_MIXERS, CLAIMS, GOOD, SETTING, chance_level, judge, rules_text
+from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, SETTING, ZOO_PREFIX,
+                            chance_level, judge, present, rules_text)
 from arrepro.tables import lr_window  # the lr-window table's own definition
 
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
@@ -44,7 +45,7 @@ METRIC_NAMES = {"final_accuracy": "the test accuracy after the last epoch",
 # --------------------------------------------------------------------------- formatting
 TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "≥": r"$\geq$", "≤": r"$\leq$",
-               "×": r"$\times$", "±": r"$\pm$", "–": "--", "—": "---"}
+               "×": r"$\times$", "±": r"$\pm$", "–": "--", "—": "---", "−": r"$-$"}
 
 
 def tex_escape(s) -> str:
@@ -221,6 +222,10 @@ class Results:
                     for k, v in model_stats(b[b["layers"] == nl], c[c["layers"] == nl], self.metric,
                                             self.reference_lrs).items():
                         out[f"{self.name}/{prefix}{model}/L{nl}/{k}"] = v
+        for alias, names in COPY_ALIASES.items():  # the copy task's models, whichever the scale trains
+            name = present(self, *names)
+            out.update({f"{self.name}/{alias}/{k[len(self.name) + len(name) + 2:]}": v for k, v in list(out.items())
+                        if k.startswith(f"{self.name}/{name}/")})
         main = self.rows()
         if not main.empty:
             top = main.loc[main["mean"].idxmax()]
@@ -244,7 +249,9 @@ class Results:
     def zoology_gain(self) -> float | None:
         """Mean over matched settings of recurrent models of (main - Zoology replication) best
         accuracy, in points."""
-        m = self.rows().merge(self.rows(part="zoo"), on=["task", "model", "width", "layers"], suffixes=("", "_zoo"))
+        zoo = self.rows(part="zoo")
+        zoo = zoo.assign(model=zoo["model"].str.removeprefix(ZOO_PREFIX))  # zoology_hyena: the replication's hyena
+        m = self.rows().merge(zoo, on=["task", "model", "width", "layers"], suffixes=("", "_zoo"))
         m = m[~m["mixer"].isin(ATTENTION_MIXERS)]
         return None if m.empty else float(100 * (m["mean"] - m["mean_zoo"]).mean())
 
@@ -360,6 +367,7 @@ MODEL_STATS = {"max", "maxpm", "maxwidth", "maxlayers", "maxlen", "maxlr", "maxp
                *(f"{shape}/{k}" for shape in ("wide", "deep") for k in ("acc", "width", "layers", "params"))}
 EXP_FIELDS = {"title", "metric", "layers", "reflrs", "nlrs", "zoo/nlrs", "gain", "pespread", "pespreadmodel",
               *(f"best/{k}" for k in ("model", "width", "layers", "len", "acc"))}
+COPY_ALIASES = {"copytransformer": COPY_TRANSFORMER, "copymamba": COPY_MAMBA}  # \R{fig5/copymamba/max}, ...
 RUN_KEYS = {"claims/n", "claims/consistent", "claims/contradicted", "claims/inconclusive"}
 
 
@@ -394,7 +402,8 @@ def check_manuscript_keys(tex_path, defined: set[str], meta: dict) -> None:
     (a misspelt experiment, model, statistic or claim): it would print "n/a"."""
     scales = [meta] + ([meta["paper_scale"]] if meta.get("paper_scale") else [])
     experiments = {e for s in scales for e in s["experiments"]}
-    models = {m for s in scales for e in s["experiments"].values() for g in e["grids"] for m in g["models"]}
+    models = set(meta.get("models") or ()) | set(COPY_ALIASES) | {
+        m for s in scales for e in s["experiments"].values() for g in e["grids"] for m in g["models"]}
     bad = [k for k in manuscript_keys(Path(tex_path).read_text()) if k not in defined
            and not possible_key(k, experiments, models)]
     if bad:
@@ -470,4 +479,5 @@ def grid_meta(grid, config: dict) -> dict:
     return {"scale": grid.scale_name, "device": grid.scale.get("device", "auto"), "tasks": grid.scale["tasks"],
             "recipes": grid.scale["recipes"], "experiments": grid.experiments, "lr_grids": config["lr_grids"],
             "reference_lrs": {e: grid.reference_lrs(e) for e in grid.experiments},
-            "metric": config["aggregate"]["metric"], "paper_scale": config["scales"].get("paper")}
+            "metric": config["aggregate"]["metric"], "paper_scale": config["scales"].get("paper"),
+            "models": config["models"]}

@@ -26,6 +26,7 @@ rule paper_numbers:
             "reference_lrs": {e: GRID.reference_lrs(e) for e in EXPERIMENTS},
             "metric": config["aggregate"]["metric"],
             "paper_scale": config["scales"].get("paper"),
+            "models": config["models"],
         },
     log:
         "results/logs/paper_numbers.log",
