@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from arrepro import fidelity
 from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, SETTING, ZOO_PREFIX,
                             chance_level, judge, present, rules_text)
 from arrepro.tables import lr_window  # the lr-window table's own definition
@@ -357,7 +358,17 @@ def setup_tex(meta: dict) -> str:
                 f"{fmt_lr(lrs[0])} to {fmt_lr(lrs[-1])}; seeds {', '.join(map(str, g['seeds']))}; "
                 f"recipe {tex_escape(g['recipe'])}.")
     out.append(r"\end{description}}")
+    out.append(r"\newcommand{\FidelityTable}{" + fidelity_tex(meta) + "}")
     return "\n".join(out) + "\n"
+
+
+def fidelity_tex(meta: dict) -> str:
+    """The paper scale's fidelity table (arrepro.fidelity), whatever the scale of this document."""
+    if not meta.get("paper_scale") or not meta.get("models"):
+        return r"\emph{The configuration declares no paper scale.}"
+    config = {"models": meta["models"], "lr_grids": meta["lr_grids"], "aggregate": {"metric": meta["metric"]},
+              "scales": {"paper": meta["paper_scale"]}}
+    return fidelity.latex(config, tex_escape)
 
 
 # --------------------------------------------------------------------------- the manuscript's keys

@@ -11,7 +11,7 @@ rule paper_numbers:
     input:
         best=[f"results/tables/{e}_best.csv" for e in EXPERIMENTS],
         cells=[f"results/tables/{e}_cells.csv" for e in EXPERIMENTS],
-        src=["src/arrepro/paper.py", "src/arrepro/claims.py", "src/arrepro/tables.py", "scripts/paper_numbers.py"],
+        src=["src/arrepro/paper.py", "src/arrepro/claims.py", "src/arrepro/fidelity.py", "src/arrepro/tables.py", "scripts/paper_numbers.py"],
         # read for its \R{key}s: one that numbers.tex cannot define fails here, naming the key
         tex="paper/main.tex",
     params:
