@@ -11,7 +11,7 @@ if "snakemake" in globals():
     sm = snakemake  # noqa: F821 - set by Snakemake's script directive
     exps = list(sm.params.meta["experiments"])
     write_paper_inputs(sm.params.meta, dict(zip(exps, sm.input.best)), dict(zip(exps, sm.input.cells)),
-                       sm.output.numbers, sm.output.setup)
+                       sm.output.numbers, sm.output.setup, sm.input.tex)
     with open(sm.log[0], "w") as log:
         print(f"{sm.output.numbers}, {sm.output.setup}: {len(exps)} experiments ({', '.join(exps)})", file=log)
 elif __name__ == "__main__":

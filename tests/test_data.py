@@ -79,3 +79,48 @@ def test_copy_task_examples():
         lab = np.flatnonzero(y[row] != IGNORE)
         assert list(lab) == list(range(n + 1, 2 * n + 2)), "labels cover the copy and EOS"
         assert list(y[row, lab]) == s + [spec.eos]
+
+
+def test_copy_packed_rows_as_jelassi():
+    """context_len > 0: examples back to back in rows of exactly that many tokens (Jelassi et al.'s
+    training contexts); whole examples' copies and EOS are scored, the cut-off one is not; test
+    rows hold one example each, of the test lengths."""
+    from arrepro.data.copying import CopySpec, make_copy_splits
+
+    spec = CopySpec(vocab_size=26, min_len=5, max_len=20, context_len=220, test_min_len=10, test_max_len=19)
+    s = make_copy_splits(spec, 50, 40, 0)
+    x, y = s["train"]["inputs"], s["train"]["labels"]
+    assert x.shape == y.shape == (50, 219) and spec.seq_len == 219
+    for row in range(len(x)):
+        toks = [int(t) for t in x[row]]  # the row's first 219 of 220 tokens
+        assert spec.pad not in toks
+        scored = set(np.flatnonzero(y[row] != IGNORE) + 1)  # label j-1 scores token j
+        a = 0
+        while a < 219:  # walk the examples
+            assert toks[a] == spec.bos
+            ex = toks[a:]
+            n = ex.index(spec.sep) - 1 if spec.sep in ex else None
+            if n is None or a + 2 * n + 3 > 220:  # cut off at the row's end: context only
+                assert not {i for i in scored if i >= a}
+                break
+            assert 5 <= n <= 20 and ex[n + 2 : 2 * n + 2] == ex[1 : n + 1]
+            end = a + 2 * n + 3
+            assert (toks + [int(y[row, -1])])[end - 1] == spec.eos
+            assert {i for i in scored if a <= i < end} == set(range(a + n + 2, end)), "copy and EOS scored"
+            a = end
+    t = s["test"]["inputs"]
+    lens = [list(r).index(spec.sep) - 1 for r in t]
+    assert min(lens) >= 10 and max(lens) <= 19 and t.shape[1] == 2 * 19 + 2
+
+
+def test_copy_defaults_generate_the_same_data():
+    """Without context_len or test lengths (the demo's copy task) the data are one padded example
+    a row for both splits, the same generator calls as before (the demo's numbers stand)."""
+    from arrepro.data.copying import CopySpec, generate_copy, make_copy_splits
+
+    spec = CopySpec(vocab_size=8, min_len=2, max_len=8)
+    s = make_copy_splits(spec, 100, 30, 0)
+    for name, key, n in (("train", 0, 100), ("test", 1, 30)):
+        ref = generate_copy(spec, n, [0, key])
+        assert all(np.array_equal(s[name][k], ref[k]) for k in ("inputs", "labels"))
+    assert spec.seq_len == 2 * 8 + 2

@@ -19,8 +19,7 @@ import yaml
 
 from arrepro.aggregate import best_over_lr
 from arrepro.grid import Grid, task_seq_len
-from arrepro.paper import (BEST_COLUMNS, Results, claim_depth_helps_attention, grid_meta, is_replication,
-                           write_paper_inputs)
+from arrepro.paper import BEST_COLUMNS, grid_meta, is_replication, manuscript_keys, write_paper_inputs
 
 try:
     from arrepro.tables import render_table
@@ -164,14 +163,33 @@ def test_a_missing_column_fails_loudly(tmp_path, config):
                            tmp_path / "numbers.tex", tmp_path / "setup.tex")
 
 
-def test_depth_claim_compares_depths_at_one_width():
-    """Fig. 4's "attention improves with depth": 4 layers against 2 at width 16, not against the
-    best 2-layer model at any width (which a width-32 model would win)."""
-    rows = [(32, 2, 0.99), (16, 2, 0.19), (16, 4, 0.90)]
-    best = pd.DataFrame([{"series": "s", "model": "attention", "task": "t", "width": w, "layers": n,
-                          "recipe": "r", "mean": m, "metric": "final_accuracy"} for w, n, m in rows])
-    exp = {"title": "fig4", "grids": [{"series": "s", "lrs": [1e-3]}]}
-    text, consistent = claim_depth_helps_attention(Results("fig4", exp, best, pd.DataFrame(), []))
-    assert consistent and text.startswith("width 16:")
-    best.loc[best["layers"] == 4, "mean"] = 0.10  # depth hurts at width 16
-    assert not claim_depth_helps_attention(Results("fig4", exp, best, pd.DataFrame(), []))[1]
+def paper_inputs(tmp_path, config, manuscript):
+    grid = Grid(config, config["scale"])
+    exp = next(iter(grid.experiments))
+    cells = fabricate_cells(grid, exp, np.random.default_rng(0))
+    best_over_lr(cells, grid.metric(exp)).to_csv(tmp_path / "best.csv", index=False)
+    cells.to_csv(tmp_path / "cells.csv", index=False)
+    meta = {**grid_meta(grid, config), "experiments": {exp: grid.experiments[exp]}}
+    write_paper_inputs(meta, {exp: tmp_path / "best.csv"}, {exp: tmp_path / "cells.csv"},
+                       tmp_path / "numbers.tex", tmp_path / "setup.tex", manuscript)
+    return exp
+
+
+@pytest.mark.parametrize("typo", [r"\R{fig1/attention/maxx}", r"\R{fig1/atention/max}", r"\R{fgi1/title}",
+                                  r"\Verdict{lrwindwo}", r"\R{claims/consistant}"])
+def test_a_key_the_numbers_cannot_define_fails_naming_it(tmp_path, config, typo):
+    """A misspelt key used to print "n/a" in the PDF; now paper_numbers fails and names it."""
+    tex = tmp_path / "main.tex"
+    tex.write_text((ROOT / "paper/main.tex").read_text() + f"\n{typo}\n% {typo.replace('x', 'y')} in a comment\n")
+    key = typo.split("{")[1].rstrip("}")
+    with pytest.raises(ValueError, match=re.escape(key)):
+        paper_inputs(tmp_path, config, tex)
+
+
+def test_the_manuscript_keys_are_all_known(tmp_path, config):
+    """paper/main.tex itself passes (a result this scale lacks, like a model it does not train,
+    is a known key and reads n/a); and the check sees its keys."""
+    keys = manuscript_keys((ROOT / "paper/main.tex").read_text())
+    assert "fig1/mamba/maxlr" in keys and "claim/lrwindow" in keys and not any("#" in k for k in keys)
+    paper_inputs(tmp_path, config, ROOT / "paper/main.tex")
+    assert r"\arset{claims/inconclusive}" in (tmp_path / "numbers.tex").read_text()

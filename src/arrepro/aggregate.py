@@ -2,7 +2,10 @@
 
 For each (series, task, model, width, layers, recipe) the learning rate with the highest mean
 accuracy over seeds is chosen, and the mean, std, min and max over seeds at that learning rate
-are reported (choosing the best LR per seed would be biased upwards).
+are reported (choosing the best LR per seed would be biased upwards). Where several learning
+rates tie for the best mean (every seed at 1.0, say), the middle one of them in LR order is
+reported (the lower of the two middle ones for an even count), and ``n_tied_lrs`` says how many
+tied: the statistics are the same, but the reported LR is not an edge of the good range.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import pandas as pd
 
 from .grid import task_seq_len
 
+TIE_TOL = 1e-9  # means closer than this are tied (ties at accuracy 1.0 are common on MQAR)
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
 
@@ -48,8 +52,12 @@ def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy") -> pd.DataFra
               .agg(mean="mean", std="std", min="min", max="max", n_seeds="count").reset_index())
     diverged = df.groupby(GROUP + ["lr"], dropna=False)["diverged"].sum().reset_index(name="n_diverged")
     per_lr = per_lr.merge(diverged, on=GROUP + ["lr"])
-    idx = per_lr.groupby(GROUP, dropna=False)["mean"].idxmax()
-    best = per_lr.loc[idx].rename(columns={"lr": "best_lr"}).reset_index(drop=True)
+    top = per_lr.groupby(GROUP, dropna=False)["mean"].transform("max")
+    tied = per_lr[per_lr["mean"] >= top - TIE_TOL].sort_values(GROUP + ["lr"])
+    n_tied = tied.groupby(GROUP, dropna=False)["lr"].transform("size")
+    rank = tied.groupby(GROUP, dropna=False).cumcount()
+    best = tied[rank == (n_tied - 1) // 2].assign(n_tied_lrs=n_tied)  # the middle of the tied LRs (lower middle if even)
+    best = best.rename(columns={"lr": "best_lr"}).reset_index(drop=True)
     best["std"] = best["std"].fillna(0.0)
     n_lrs = per_lr.groupby(GROUP, dropna=False)["lr"].nunique().reset_index(name="n_lrs")
     best = best.merge(n_lrs, on=GROUP)

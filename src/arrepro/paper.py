@@ -21,20 +21,21 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from arrepro import fidelity
+from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, SETTING, ZOO_PREFIX,
+                            chance_level, judge, present, rules_text)
 from arrepro.tables import lr_window  # the lr-window table's own definition
 
-GOOD = 0.9  # a learning rate (or a setting) "succeeds" when the mean accuracy over seeds reaches this
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
                 "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_lrs", "parameters"]
 CELL_COLUMNS = ["series", "task", "task_name", "seq_len", "model", "width", "layers", "lr", "seed", "diverged",
                 "parameters", "cell_dir", "train_seconds"]
-SETTING = ["task", "width", "layers"]
-ATTENTION_MIXERS = {"attention", "based"}
 NA = "n/a"
 GOOD_TEXT = f"{100 * GOOD:g}\\%"
 METRIC_NAMES = {"final_accuracy": "the test accuracy after the last epoch",
@@ -45,7 +46,7 @@ METRIC_NAMES = {"final_accuracy": "the test accuracy after the last epoch",
 # --------------------------------------------------------------------------- formatting
 TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "≥": r"$\geq$", "≤": r"$\leq$",
-               "×": r"$\times$", "±": r"$\pm$", "–": "--", "—": "---"}
+               "×": r"$\times$", "±": r"$\pm$", "–": "--", "—": "---", "−": r"$-$"}
 
 
 def tex_escape(s) -> str:
@@ -159,8 +160,10 @@ class Results:
     """One experiment's tables. Its series are split in two: the replication of Zoology's sweep
     (``zoo``), if any, and all the others together (``main``; a cell in two of them counts once)."""
 
-    def __init__(self, name: str, exp_def: dict, best: pd.DataFrame, cells: pd.DataFrame, reference_lrs):
+    def __init__(self, name: str, exp_def: dict, best: pd.DataFrame, cells: pd.DataFrame, reference_lrs,
+                 tasks: dict | None = None):
         self.name, self.title = name, exp_def.get("title", name)
+        self.tasks = tasks or {}  # task name -> its definition (for the chance level)
         replication = {g.get("series", "main") for g in exp_def["grids"] if is_replication(g)}
         self.series = {"main": {g.get("series", "main") for g in exp_def["grids"]} - replication,
                        "zoo": replication}
@@ -185,6 +188,25 @@ class Results:
         r = self.rows(model, layers, width=width)
         return None if r.empty else float(r["mean"].agg(how))
 
+    def chance(self, row) -> float:
+        """The chance level of a row's task (arrepro.claims.chance_level)."""
+        name = row["task_name"]
+        if name not in self.tasks:
+            raise ValueError(f"{self.name}: task {name!r} of the results is not among the scale's tasks "
+                             f"{sorted(self.tasks)}")
+        return chance_level(self.tasks[name], self.metric)
+
+    def per_lr(self, model) -> pd.DataFrame:
+        """One row per (setting, learning rate) of ``model``'s main series: mean, min and max over
+        seeds (a diverged run's missing accuracy counts as 0) and the task's chance level."""
+        c = self.rows(model, cells=True)
+        if c.empty:
+            return pd.DataFrame(columns=SETTING + ["lr", "mean", "min", "max", "chance"])
+        c = c.assign(acc=c[self.metric].fillna(0.0))
+        g = c.groupby(SETTING + ["task_name", "lr"])["acc"].agg(["mean", "min", "max"]).reset_index()
+        g["chance"] = [self.chance(r) for _, r in g.iterrows()]
+        return g.drop(columns="task_name")
+
     def good_lrs(self, model) -> int | None:
         c = self.rows(model, cells=True)
         return None if c.empty else int(lr_windows(c, self.metric, self.reference_lrs)["good"].max())
@@ -201,6 +223,10 @@ class Results:
                     for k, v in model_stats(b[b["layers"] == nl], c[c["layers"] == nl], self.metric,
                                             self.reference_lrs).items():
                         out[f"{self.name}/{prefix}{model}/L{nl}/{k}"] = v
+        for alias, names in COPY_ALIASES.items():  # the copy task's models, whichever the scale trains
+            name = present(self, *names)
+            out.update({f"{self.name}/{alias}/{k[len(self.name) + len(name) + 2:]}": v for k, v in list(out.items())
+                        if k.startswith(f"{self.name}/{name}/")})
         main = self.rows()
         if not main.empty:
             top = main.loc[main["mean"].idxmax()]
@@ -224,7 +250,9 @@ class Results:
     def zoology_gain(self) -> float | None:
         """Mean over matched settings of recurrent models of (main - Zoology replication) best
         accuracy, in points."""
-        m = self.rows().merge(self.rows(part="zoo"), on=["task", "model", "width", "layers"], suffixes=("", "_zoo"))
+        zoo = self.rows(part="zoo")
+        zoo = zoo.assign(model=zoo["model"].str.removeprefix(ZOO_PREFIX))  # zoology_hyena: the replication's hyena
+        m = self.rows().merge(zoo, on=["task", "model", "width", "layers"], suffixes=("", "_zoo"))
         m = m[~m["mixer"].isin(ATTENTION_MIXERS)]
         return None if m.empty else float(100 * (m["mean"] - m["mean_zoo"]).mean())
 
@@ -242,120 +270,13 @@ class Results:
 
 
 # --------------------------------------------------------------------------- the paper's claims
-def _fmt_good(e: Results, m) -> str:
-    return f"{tex_escape(m)} {e.good_lrs(m)}/{int(e.rows(m, cells=True)['lr'].nunique())}"
-
-
-def claim_lr_window(e: Results, strong: str, weak: list[str]):
-    present = [m for m in weak if e.good_lrs(m) is not None]
-    if e.good_lrs(strong) is None or not present:
-        return None
-    text = f"LRs reaching {GOOD_TEXT}: " + ", ".join(_fmt_good(e, m) for m in [strong] + present)
-    return text, all(e.good_lrs(strong) > e.good_lrs(m) for m in present)
-
-
-def claim_levels(e: Results, want: dict[str, bool]):
-    """Each model's best accuracy reaches GOOD (True) or stays below it (False)."""
-    got = {m: e.acc(m) for m in want}
-    if any(v is None for v in got.values()):
-        return None
-    return ", ".join(f"{tex_escape(m)} {pct(v)}" for m, v in got.items()), all((got[m] >= GOOD) == w for m, w in want.items())
-
-
-def claim_attention_everywhere(e: Results):
-    lo = e.acc("attention", how="min")
-    return None if lo is None else (f"worst setting {pct(lo)}", lo >= GOOD)
-
-
-def claim_fine_grid(e: Results):
-    g = e.zoology_gain()
-    return None if g is None else (f"mean gain {g:+.1f} points", g > 0)
-
-
-def claim_width_helps(e: Results):
-    r = e.rows()
-    r = r[~r["mixer"].isin(ATTENTION_MIXERS)]
-    if r["width"].nunique() < 2:
-        return None
-    ends = r.sort_values("width").groupby(["model", "task", "layers"])["mean"].agg(["first", "last"])
-    d = 100 * (ends["last"] - ends["first"]).mean()
-    return f"widest minus narrowest: {d:+.1f} points", d > 0
-
-
-def claim_depth_helps_attention(e: Results):
-    """Shallowest against deepest attention at one width: the narrowest width trained at two or
-    more depths (comparing across widths would credit depth with what width did)."""
-    r = e.rows("attention")
-    depths = r.groupby("width")["layers"].nunique()
-    if not (depths >= 2).any():
-        return None
-    w = int(depths[depths >= 2].index.min())
-    lmin, lmax = r.loc[r["width"] == w, "layers"].agg(["min", "max"])
-    lo, hi = e.acc("attention", lmin, width=w), e.acc("attention", lmax, width=w)
-    return f"width {w}: {lmin} layer(s) {pct(lo)}, {lmax} layers {pct(hi)}", hi > lo
-
-
-def claim_wide_beats_deep(e: Results, model="mamba"):
-    r = e.rows(model)
-    if r.drop_duplicates(["width", "layers"]).shape[0] < 2:
-        return None
-    wide = r.sort_values(["width", "layers"], ascending=[False, True]).iloc[0]
-    deep = r.sort_values(["layers", "width"], ascending=[False, True]).iloc[0]
-    return (f"wide ({wide['layers']}$\\times${wide['width']}) {pct(wide['mean'])}, "
-            f"deep ({deep['layers']}$\\times${deep['width']}) {pct(deep['mean'])}"), wide["mean"] > deep["mean"]
-
-
-def claim_pe(e: Results):
-    s = e.pe_spread()
-    return None if s is None else (f"largest spread {s[0]:.1f} points ({tex_escape(s[1])})", s[0] <= 10)
-
-
-def claim_deltanet(e: Results):
-    present = [m for m in ("mamba2", "mamba") if e.good_lrs(m) is not None]
-    if e.good_lrs("deltanet") is None or not present:
-        return None
-    text = f"LRs reaching {GOOD_TEXT}: " + ", ".join(_fmt_good(e, m) for m in ["deltanet"] + present)
-    return text, all(e.good_lrs("deltanet") >= e.good_lrs(m) for m in present)
-
-
-# (id, experiment, the paper's claim, check); a check returns (measured, agrees) or None when
-# the experiment lacks the models it needs.
-CLAIMS = [
-    ("lrwindow", "fig1", "Attention succeeds over a wider range of learning rates than Hyena and Mamba",
-     lambda e: claim_lr_window(e, "attention", ["hyena", "mamba"])),
-    ("finegrid", "fig2", "A finer learning-rate grid than Zoology's improves the recurrent models",
-     claim_fine_grid),
-    ("attn2", "fig2", "2-layer attention solves MQAR in every setting", claim_attention_everywhere),
-    ("attn1", "fig3", "1-layer attention fails, 1-layer Mamba succeeds",
-     lambda e: claim_levels(e, {"attention": False, "mamba": True})),
-    ("width", "fig3", "1-layer recurrent models improve with width", claim_width_helps),
-    ("depth", "fig4", "Attention improves with depth", claim_depth_helps_attention),
-    ("widthdepth", "fig4", "Mamba prefers width to depth", claim_wide_beats_deep),
-    ("copylr", "fig5", "On copying, the Transformer succeeds over a wider range of learning rates than Mamba",
-     lambda e: claim_lr_window(e, "transformer_rope", ["mamba"])),
-    ("copywidth", "table1", "On copying, a wide Mamba beats a deep one", claim_wide_beats_deep),
-    ("conv", "table2", "A convolution lets 1-layer attention succeed; Mamba without its conv1d fails",
-     lambda e: claim_levels(e, {"attention": False, "attention_conv_qkv": True, "mamba": True, "mamba_noconv": False})),
-    ("backbone", "table2", "Mamba without gating and S6+MLP still succeed",
-     lambda e: claim_levels(e, {"mamba_nogate": True, "s6_mlp": True})),
-    ("convkv", "table3", "A convolution on K or on V suffices; on Q it does not",
-     lambda e: claim_levels(e, {"attention_conv_k": True, "attention_conv_v": True, "attention_conv_q": False})),
-    ("pe", "table4", "Positional encodings change recurrent models' accuracy little (within 10 points)", claim_pe),
-    ("deltanet", "fig7", "DeltaNet is at least as robust to the learning rate as Mamba2 and Mamba", claim_deltanet),
-    ("depth12", "fig13", "At 12 layers, attention still has a wider learning-rate window than Mamba",
-     lambda e: claim_lr_window(e, "attention", ["mamba"])),
-]
-
-
-def claims(results: dict[str, Results]) -> tuple[list[str], dict[str, str]]:
+def claim_rows(results: dict[str, "Results"]) -> tuple[list[str], dict[str, str]]:
+    """The claims table's rows (arrepro.claims judges them) and ``claim/ID`` -> verdict."""
     rows, keys = [], {}
-    for cid, exp, text, check in CLAIMS:
-        got = check(results[exp]) if exp in results and not results[exp].best.empty else None
-        if got is None:
-            continue
-        verdict = "consistent" if got[1] else "not consistent"
-        keys[f"claim/{cid}"] = verdict
-        rows.append(f"{tex_escape(exp)} & {text} & {got[0]} & {verdict} \\\\")
+    for c in judge(results):
+        keys[f"claim/{c['id']}"] = c["verdict"]
+        rows.append(f"{tex_escape(c['exp'])} & {tex_escape(c['claim'])} & {tex_escape(c['compared'])} & "
+                    f"{c['verdict']} \\\\")
     return rows, keys
 
 
@@ -437,7 +358,69 @@ def setup_tex(meta: dict) -> str:
                 f"{fmt_lr(lrs[0])} to {fmt_lr(lrs[-1])}; seeds {', '.join(map(str, g['seeds']))}; "
                 f"recipe {tex_escape(g['recipe'])}.")
     out.append(r"\end{description}}")
+    out.append(r"\newcommand{\FidelityTable}{" + fidelity_tex(meta) + "}")
     return "\n".join(out) + "\n"
+
+
+def fidelity_tex(meta: dict) -> str:
+    """The paper scale's fidelity table (arrepro.fidelity), whatever the scale of this document."""
+    if not meta.get("paper_scale") or not meta.get("models"):
+        return r"\emph{The configuration declares no paper scale.}"
+    config = {"models": meta["models"], "lr_grids": meta["lr_grids"], "aggregate": {"metric": meta["metric"]},
+              "scales": {"paper": meta["paper_scale"]}}
+    return fidelity.latex(config, tex_escape)
+
+
+# --------------------------------------------------------------------------- the manuscript's keys
+# Every key numbers.tex can define: \R{EXP/FIELD}, \R{EXP/[zoo/]MODEL/[L<n>/]STAT}, \R{claim/ID}, \R{claims/...}.
+MODEL_STATS = {"max", "maxpm", "maxwidth", "maxlayers", "maxlen", "maxlr", "maxparams", "min", "minwidth", "minlen",
+               "solved", "settings", "good", "nlrs", "window", "relwindow", "refbest", "cells", "diverged",
+               *(f"{shape}/{k}" for shape in ("wide", "deep") for k in ("acc", "width", "layers", "params"))}
+EXP_FIELDS = {"title", "metric", "layers", "reflrs", "nlrs", "zoo/nlrs", "gain", "pespread", "pespreadmodel",
+              *(f"best/{k}" for k in ("model", "width", "layers", "len", "acc"))}
+COPY_ALIASES = {"copytransformer": COPY_TRANSFORMER, "copymamba": COPY_MAMBA}  # \R{fig5/copymamba/max}, ...
+RUN_KEYS = {"claims/n", "claims/consistent", "claims/contradicted", "claims/inconclusive"}
+
+
+def manuscript_keys(tex: str) -> list[str]:
+    """The literal keys a manuscript reads with \\R{key} or \\Verdict{id} (comments ignored;
+    keys built from a macro argument, ``#1``, are not literal)."""
+    body = "\n".join(re.sub(r"(?<!\\)%.*", "", line) for line in tex.splitlines())
+    keys = re.findall(r"\\R\{([^{}#]+)\}", body) + [f"claim/{k}" for k in re.findall(r"\\Verdict\{([^{}#]+)\}", body)]
+    return list(dict.fromkeys(keys))
+
+
+def possible_key(key: str, experiments: set[str], models: set[str]) -> bool:
+    """A key numbers.tex defines when the scale has that result (a known experiment, model and
+    statistic): left undefined it reads "n/a"; anything else is a typo."""
+    if key in RUN_KEYS:
+        return True
+    if key.startswith("claim/"):
+        return key[len("claim/"):] in {cid for cid, *_ in CLAIMS}
+    exp, _, rest = key.partition("/")
+    if exp not in experiments:
+        return False
+    if rest in EXP_FIELDS:
+        return True
+    rest = rest.removeprefix("zoo/")
+    model, _, stat = rest.partition("/")
+    stat = re.sub(r"^L\d+/", "", stat)
+    return model in models and stat in MODEL_STATS
+
+
+def check_manuscript_keys(tex_path, defined: set[str], meta: dict) -> None:
+    """Fail on a key the manuscript reads that numbers.tex does not define and could not define
+    (a misspelt experiment, model, statistic or claim): it would print "n/a"."""
+    scales = [meta] + ([meta["paper_scale"]] if meta.get("paper_scale") else [])
+    experiments = {e for s in scales for e in s["experiments"]}
+    models = set(meta.get("models") or ()) | set(COPY_ALIASES) | {
+        m for s in scales for e in s["experiments"].values() for g in e["grids"] for m in g["models"]}
+    bad = [k for k in manuscript_keys(Path(tex_path).read_text()) if k not in defined
+           and not possible_key(k, experiments, models)]
+    if bad:
+        raise ValueError(f"{tex_path}: key(s) {', '.join(bad)} not defined by numbers.tex and not a known "
+                         f"experiment/model/statistic or claim (see arrepro.paper.MODEL_STATS, EXP_FIELDS, "
+                         f"arrepro.claims.CLAIMS)")
 
 
 # --------------------------------------------------------------------------- numbers.tex
@@ -472,11 +455,13 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
     keys = {}
     for r in results.values():
         keys.update(r.keys())
-    rows, claim_keys = claims(results)
+    rows, claim_keys = claim_rows(results)
     keys.update(claim_keys)
     lines.append(f"\\newcommand{{\\NumClaims}}{{{len(rows)}}}")
+    lines.append(f"\\newcommand{{\\ClaimRules}}{{{tex_escape(rules_text())}}}")
     keys["claims/n"] = fmt_int(len(rows))
-    keys["claims/consistent"] = fmt_int(sum(v == "consistent" for v in claim_keys.values()))
+    for v in ("consistent", "contradicted", "inconclusive"):
+        keys[f"claims/{v}"] = fmt_int(sum(x == v for x in claim_keys.values()))
     lines.append(r"\newcommand{\ClaimRows}{" + "\n".join(rows) + "}")
     lines += [f"\\arset{{{k}}}{{{v}}}" for k, v in keys.items()]
     return "\n".join(lines) + "\n"
@@ -484,16 +469,19 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
 
 def load_results(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[str, str]) -> dict[str, Results]:
     return {exp: Results(exp, meta["experiments"][exp], read_csv(best_csvs[exp], BEST_COLUMNS),
-                         read_csv(cells_csvs[exp], CELL_COLUMNS), meta["reference_lrs"].get(exp, []))
+                         read_csv(cells_csvs[exp], CELL_COLUMNS), meta["reference_lrs"].get(exp, []), meta["tasks"])
             for exp in meta["experiments"]}
 
 
 def write_paper_inputs(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[str, str],
-                       numbers_out: str | Path, setup_out: str | Path) -> None:
-    """``meta``: see ``grid_meta``."""
+                       numbers_out: str | Path, setup_out: str | Path, manuscript: str | Path = "paper/main.tex") -> None:
+    """``meta``: see ``grid_meta``. Fails, naming the key, when ``manuscript`` reads a key that the
+    numbers do not define and that is no known result (``check_manuscript_keys``)."""
     results = load_results(meta, best_csvs, cells_csvs)
+    text = numbers_tex(meta, results)
+    check_manuscript_keys(manuscript, set(re.findall(r"\\arset\{([^{}]*)\}", text)), meta)
     Path(numbers_out).parent.mkdir(parents=True, exist_ok=True)
-    Path(numbers_out).write_text(numbers_tex(meta, results))
+    Path(numbers_out).write_text(text)
     Path(setup_out).write_text(setup_tex(meta))
 
 
@@ -502,4 +490,5 @@ def grid_meta(grid, config: dict) -> dict:
     return {"scale": grid.scale_name, "device": grid.scale.get("device", "auto"), "tasks": grid.scale["tasks"],
             "recipes": grid.scale["recipes"], "experiments": grid.experiments, "lr_grids": config["lr_grids"],
             "reference_lrs": {e: grid.reference_lrs(e) for e in grid.experiments},
-            "metric": config["aggregate"]["metric"], "paper_scale": config["scales"].get("paper")}
+            "metric": config["aggregate"]["metric"], "paper_scale": config["scales"].get("paper"),
+            "models": config["models"]}

@@ -11,7 +11,9 @@ rule paper_numbers:
     input:
         best=[f"results/tables/{e}_best.csv" for e in EXPERIMENTS],
         cells=[f"results/tables/{e}_cells.csv" for e in EXPERIMENTS],
-        src=["src/arrepro/paper.py", "src/arrepro/tables.py", "scripts/paper_numbers.py"],
+        src=["src/arrepro/paper.py", "src/arrepro/claims.py", "src/arrepro/fidelity.py", "src/arrepro/tables.py", "scripts/paper_numbers.py"],
+        # read for its \R{key}s: one that numbers.tex cannot define fails here, naming the key
+        tex="paper/main.tex",
     params:
         # what the manuscript says about the setup, from the config (arrepro.paper.grid_meta)
         meta={
@@ -24,6 +26,7 @@ rule paper_numbers:
             "reference_lrs": {e: GRID.reference_lrs(e) for e in EXPERIMENTS},
             "metric": config["aggregate"]["metric"],
             "paper_scale": config["scales"].get("paper"),
+            "models": config["models"],
         },
     log:
         "results/logs/paper_numbers.log",

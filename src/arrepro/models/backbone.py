@@ -58,7 +58,9 @@ class LanguageModel(nn.Module):
             self.register_buffer("pos_table", sinusoidal_table(max_len, d_model), persistent=False)
         self.drop = nn.Dropout(embed_dropout)
         self.layers = nn.ModuleList(
-            Block(d_model, cls(d_model, max_len=max_len, **kwargs), mlp, mlp_ratio) for _ in range(n_layers)
+            Block(d_model, cls(d_model, max_len=max_len, **kwargs,
+                               **({"layer_idx": i} if getattr(cls, "wants_layer_idx", False) else {})), mlp, mlp_ratio)
+            for i in range(n_layers)  # (a mixer that alternates by layer, Zoology's Hybrid, asks for its index)
         )
         self.norm_f = nn.LayerNorm(d_model)
         self._init(n_layers)

@@ -42,9 +42,12 @@ from ..registry import register
 
 @register("h3")
 class H3(nn.Module):
-    def __init__(self, d_model: int, *, max_len: int, d_state: int = 64, head_dim: int = 2,
+    def __init__(self, d_model: int, *, max_len: int, d_state: int | str = 64, head_dim: int = 2,
                  dt_min: float = 1e-3, dt_max: float = 1e-1):
         super().__init__()
+        # "seq_len": the state as long as the input, as Zoology's MQAR sweeps set it
+        # (d_state = input_seq_len, "mathematically equivalent to Hyena")
+        d_state = self.resolve_d_state(d_state, max_len)
         if d_model % head_dim:
             raise ValueError(f"h3: d_model {d_model} not divisible by head_dim {head_dim}")
         if d_state % 2:
@@ -70,9 +73,18 @@ class H3(nn.Module):
         self.reset_special_parameters()
 
     @staticmethod
-    def expected_parameters(d_model: int, *, max_len: int, d_state: int = 64, head_dim: int = 2, **_) -> int:
+    def resolve_d_state(d_state: int | str, max_len: int) -> int:
+        if d_state == "seq_len":
+            return int(max_len)
+        if isinstance(d_state, str):
+            raise ValueError(f"h3: d_state must be an int or 'seq_len', got {d_state!r}")
+        return int(d_state)
+
+    @staticmethod
+    def expected_parameters(d_model: int, *, max_len: int, d_state: int | str = 64, head_dim: int = 2, **_) -> int:
         """q, k, v, out: d x d + bias; shift SSM: b, c (d x N) and D (d); diagonal SSM per head:
         log dt (1), A real and imaginary parts (N/2 each), B and C (N/2 complex = N reals each), D (1)."""
+        d_state = H3.resolve_d_state(d_state, max_len)
         heads = d_model // head_dim
         return 4 * (d_model * d_model + d_model) + d_model * (2 * d_state + 1) + heads * (3 * d_state + 2)
 

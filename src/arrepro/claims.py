@@ -1,0 +1,393 @@
+"""The paper's claims, each judged against one experiment's results: consistent, contradicted or
+inconclusive, with a row that says what was compared.
+
+A claim is a function of one experiment's tables (an object with the interface of
+``arrepro.paper.Results``: ``rows``, ``per_lr``, ``chance``, ``zoology_pairs``) that returns a
+``Judgement``, or None when the experiment does not train the models the claim needs (the claim
+is then not listed). The rules, the same for every claim and stated in the paper PDF:
+
+- **chance** is the task's own: 1/K for MQAR with K key-value pairs (a model that only learned to
+  emit some value from the context), 0 for the copy task's exact match;
+- a model **has learned** iff its accuracy >= chance + LEARNED_MARGIN * (1 - chance)
+  (0.4375 at K = 4);
+- a difference between two accuracies is **conclusive** iff it exceeds both sides' max-min
+  spread over seeds and MIN_DIFF (the threshold that remains with one seed);
+- A **beats** B iff A - B is conclusive and A has learned; a claim that A beats B is consistent
+  when A beats B, contradicted when B beats A and inconclusive otherwise (neither learned, or a
+  difference within the spread);
+- a claim that A and B are **alike** needs a model that has learned: consistent when their means
+  differ by at most MIN_DIFF, contradicted when one beats the other, inconclusive otherwise;
+- a learning rate is **good** for a model when its mean accuracy reaches GOOD; "A's window is
+  wider than B's" counts, over the settings both train, the learning rates at which one model is
+  good and beats the other: consistent when A has more such learning rates, contradicted when B
+  has more, inconclusive when they tie (none at all, say).
+
+Comparisons are made within one setting (task, width, depth) unless the claim says otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+LEARNED_MARGIN = 0.25  # a model has learned at chance + 0.25 * (1 - chance)
+MIN_DIFF = 0.10        # a difference smaller than this is never conclusive (one seed: the only bar)
+GOOD = 0.9             # a learning rate (or a setting) "succeeds" when the mean accuracy reaches this
+PARAM_RATIO = 1.5      # "the same parameter count": within this factor of each other
+SETTING = ["task", "width", "layers"]
+ATTENTION_MIXERS = {"attention", "based"}
+
+CONSISTENT, CONTRADICTED, INCONCLUSIVE = "consistent", "contradicted", "inconclusive"
+VERDICTS = (CONSISTENT, CONTRADICTED, INCONCLUSIVE)
+
+
+def chance_level(task: dict, metric: str) -> float:
+    """The accuracy of a model that learned only the format: 1/K among the K values of an MQAR
+    context, 0 for an exact match of a whole copied string."""
+    if "exact_match" in metric or task.get("kind") == "copy":
+        return 0.0
+    if task.get("kind") == "mqar":
+        return 1.0 / int(task["num_kv_pairs"])
+    raise ValueError(f"chance level: unknown task kind {task.get('kind')!r} (task {task})")
+
+
+def learned_threshold(chance: float) -> float:
+    return chance + LEARNED_MARGIN * (1 - chance)
+
+
+@dataclass(frozen=True)
+class Stat:
+    """One model's accuracy in one setting (at one learning rate): mean and min/max over seeds."""
+    label: str
+    mean: float
+    lo: float
+    hi: float
+    chance: float
+
+    @property
+    def spread(self) -> float:
+        return self.hi - self.lo
+
+    @property
+    def learned(self) -> bool:
+        return self.mean >= learned_threshold(self.chance)
+
+    def text(self) -> str:
+        rng = f" [{100 * self.lo:.1f}–{100 * self.hi:.1f}]" if self.hi > self.lo else ""
+        return f"{self.label} {100 * self.mean:.1f}%{rng}"
+
+
+def conclusive(a: Stat, b: Stat) -> bool:
+    return abs(a.mean - b.mean) > max(a.spread, b.spread, MIN_DIFF)
+
+
+def beats(a: Stat, b: Stat) -> bool:
+    return a.learned and a.mean > b.mean and conclusive(a, b)
+
+
+def compare(a: Stat, b: Stat) -> int:
+    """+1 if a beats b, -1 if b beats a, 0 otherwise."""
+    return 1 if beats(a, b) else -1 if beats(b, a) else 0
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str
+    compared: str  # plain text (the paper escapes it): the models, settings and numbers compared
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+
+def tally(ups: int, downs: int) -> str:
+    return CONSISTENT if ups > downs else CONTRADICTED if downs > ups else INCONCLUSIVE
+
+
+def _setting_text(r) -> str:
+    return f"{r['task_name']} {int(r['layers'])}×{int(r['width'])}"
+
+
+def stat(e, r, label: str | None = None) -> Stat:
+    """A best-table row as a Stat."""
+    return Stat(label or r["model"], float(r["mean"]), float(r["min"]), float(r["max"]), e.chance(r))
+
+
+def paired(e, a: str, b: str, part_a="main", part_b="main", layers=None) -> list[tuple]:
+    """(setting row, Stat of a, Stat of b) for every setting both train."""
+    ra, rb = e.rows(a, layers=layers, part=part_a), e.rows(b, layers=layers, part=part_b)
+    m = ra.merge(rb, on=SETTING, suffixes=("", "_b"))
+    out = []
+    for _, r in m.iterrows():
+        rb_ = pd.Series({k[:-2]: v for k, v in r.items() if k.endswith("_b")} | {k: r[k] for k in SETTING})
+        out.append((r, stat(e, r), stat(e, rb_, b if part_b == part_a else f"{b} ({part_b})")))
+    return out
+
+
+# --------------------------------------------------------------------------- claim kinds
+def a_beats_b(e, a: str, b: str, layers=None) -> Judgement | None:
+    """A beats B in the setting where A is best (among those both train)."""
+    pairs = paired(e, a, b, layers=layers)
+    if not pairs:
+        return None
+    r, sa, sb = max(pairs, key=lambda p: p[1].mean)
+    c = compare(sa, sb)
+    return Judgement(tally(c > 0, c < 0), f"{_setting_text(r)}: {sa.text()} vs {sb.text()}")
+
+
+def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
+    """Each of ``others`` is within MIN_DIFF of ``ref`` (where one of the two has learned)."""
+    found, parts, verdicts = False, [], []
+    for o in others:
+        pairs = paired(e, o, ref, layers=layers)
+        if not pairs:
+            continue
+        found = True
+        r, so, sr = max(pairs, key=lambda p: p[2].mean)
+        parts.append(f"{_setting_text(r)}: {so.text()} vs {sr.text()}")
+        if compare(so, sr) != 0:
+            verdicts.append(CONTRADICTED)
+        elif (so.learned or sr.learned) and abs(so.mean - sr.mean) <= MIN_DIFF:
+            verdicts.append(CONSISTENT)
+        else:
+            verdicts.append(INCONCLUSIVE)
+    if not found:
+        return None
+    v = CONTRADICTED if CONTRADICTED in verdicts else CONSISTENT if all(x == CONSISTENT for x in verdicts) \
+        else INCONCLUSIVE
+    return Judgement(v, "; ".join(parts))
+
+
+def all_of(parts: list[Judgement | None]) -> Judgement | None:
+    """A claim made of several: contradicted if one is, consistent if all are."""
+    if any(p is None for p in parts):
+        return None
+    vs = [p.verdict for p in parts]
+    v = CONTRADICTED if CONTRADICTED in vs else CONSISTENT if all(x == CONSISTENT for x in vs) else INCONCLUSIVE
+    return Judgement(v, "; ".join(p.compared for p in parts))
+
+
+def window_wider(e, a: str, others: list[str]) -> Judgement | None:
+    """A's window of good learning rates is wider than each other model's (see the module doc)."""
+    pa = e.per_lr(a)
+    if pa.empty:
+        return None
+    parts, vs = [], []
+    for b in others:
+        pb = e.per_lr(b)
+        if pb.empty:
+            continue
+        m = pa.merge(pb, on=SETTING + ["lr"], suffixes=("", "_b"))
+        if m.empty:
+            continue
+        only_a = only_b = 0
+        for _, r in m.iterrows():
+            sa = Stat(a, r["mean"], r["min"], r["max"], r["chance"])
+            sb = Stat(b, r["mean_b"], r["min_b"], r["max_b"], r["chance"])
+            only_a += sa.mean >= GOOD and beats(sa, sb)
+            only_b += sb.mean >= GOOD and beats(sb, sa)
+        good_a = int((m["mean"] >= GOOD).sum())
+        good_b = int((m["mean_b"] >= GOOD).sum())
+        n_set = len(m.drop_duplicates(SETTING))
+        vs.append(tally(only_a, only_b))
+        parts.append(f"{a} vs {b}, {len(m)} (setting, LR) points in {n_set} setting(s): good at {good_a} vs "
+                     f"{good_b}; good and beating the other at {only_a} vs {only_b}")
+    if not vs:
+        return None
+    v = CONTRADICTED if CONTRADICTED in vs else CONSISTENT if all(x == CONSISTENT for x in vs) else INCONCLUSIVE
+    return Judgement(v, "; ".join(parts))
+
+
+def wide_beats_deep(e, model: str) -> Judgement | None:
+    """At (about) the same parameter count (within PARAM_RATIO), a wider and shallower ``model``
+    beats a narrower and deeper one, over every such pair of configurations on one task."""
+    r = e.rows(model)
+    ups = downs = 0
+    parts = []
+    for _, g in r.groupby("task"):
+        rows = list(g.itertuples(index=False))
+        for x in rows:
+            for y in rows:
+                if not (x.width > y.width and x.layers < y.layers):
+                    continue
+                if max(x.parameters, y.parameters) > PARAM_RATIO * min(x.parameters, y.parameters):
+                    continue
+                sx, sy = stat(e, x._asdict(), f"{x.layers}×{x.width}"), stat(e, y._asdict(), f"{y.layers}×{y.width}")
+                c = compare(sx, sy)
+                ups, downs = ups + (c > 0), downs + (c < 0)
+                parts.append(f"{x.task_name} {sx.text()} vs {sy.text()} "
+                             f"({x.parameters / 1e6:.3g}M vs {y.parameters / 1e6:.3g}M params)")
+    if not parts:
+        if r.drop_duplicates(["width", "layers"]).shape[0] < 2:
+            return None
+        return Judgement(INCONCLUSIVE, f"{model}: no wider-and-shallower configuration within a factor "
+                                       f"{PARAM_RATIO:g} of a deeper one's parameter count")
+    return Judgement(tally(ups, downs), f"{model}, wider first: " + "; ".join(parts)
+                     + f" (wider wins {ups}, deeper wins {downs})")
+
+
+def grows_with(e, axis: str, models: list[str] | None = None, mixers_out=()) -> Judgement | None:
+    """Each model improves from the smallest to the largest value of ``axis`` (width or layers),
+    the other axis held fixed: counted over (model, task, other axis)."""
+    r = e.rows() if models is None else e.rows().loc[lambda d: d["model"].isin(models)]
+    r = r[~r["mixer"].isin(mixers_out)]
+    other = "layers" if axis == "width" else "width"
+    ups = downs = 0
+    parts = []
+    for key, g in r.groupby(["model", "task", other]):
+        if g[axis].nunique() < 2:
+            continue
+        g = g.sort_values(axis)
+        lo, hi = g.iloc[0], g.iloc[-1]
+        s_lo, s_hi = stat(e, lo, f"{lo['layers']}×{lo['width']}"), stat(e, hi, f"{hi['layers']}×{hi['width']}")
+        c = compare(s_hi, s_lo)
+        ups, downs = ups + (c > 0), downs + (c < 0)
+        parts.append(f"{key[0]} {lo['task_name']}: {s_hi.text()} vs {s_lo.text()}")
+    if not parts:
+        return None
+    return Judgement(tally(ups, downs), "; ".join(parts) + f" (larger wins {ups}, smaller wins {downs})")
+
+
+ZOO_PREFIX = "zoology_"  # config's Zoology-code models: zoology_hyena is the replication's hyena
+
+
+def zoo_name(model: str, zoo_models) -> str:
+    """The replication's model for ``model``: ZOO_PREFIX + model where it has one, else itself."""
+    return ZOO_PREFIX + model if ZOO_PREFIX + model in set(zoo_models) else model
+
+
+def fine_grid_helps(e) -> Judgement | None:
+    """Recurrent models: our fine grid against the replication of Zoology's, setting by setting."""
+    pairs = []
+    for model in e.rows()["model"].unique():
+        if e.rows(model)["mixer"].iloc[0] in ATTENTION_MIXERS:
+            continue
+        pairs += paired(e, model, zoo_name(model, e.rows(part="zoo")["model"]), part_b="zoo")
+    if not pairs:
+        return None
+    cs = [compare(sa, sb) for _, sa, sb in pairs]
+    ups, downs = sum(c > 0 for c in cs), sum(c < 0 for c in cs)
+    d = float(np.mean([sa.mean - sb.mean for _, sa, sb in pairs]))
+    return Judgement(tally(ups, downs), f"{len(pairs)} (model, setting) pairs: fine grid better in {ups}, "
+                                        f"worse in {downs}, mean difference {100 * d:+.1f} points")
+
+
+def solves_everywhere(e, model: str, layers=None) -> Judgement | None:
+    """``model`` reaches GOOD in every setting: contradicted by a setting where it has not learned."""
+    r = e.rows(model, layers=layers)
+    if r.empty:
+        return None
+    stats = [(row, stat(e, row)) for _, row in r.iterrows()]
+    worst_row, worst = min(stats, key=lambda p: p[1].mean)
+    failed = [s for _, s in stats if not s.learned]
+    v = CONTRADICTED if failed else CONSISTENT if all(s.mean >= GOOD for _, s in stats) else INCONCLUSIVE
+    return Judgement(v, f"{len(stats)} settings, {sum(s.mean >= GOOD for _, s in stats)} reach {100 * GOOD:g}%, "
+                        f"{len(failed)} not learned; worst {_setting_text(worst_row)}: {worst.text()}")
+
+
+def fails_where_other_learns(e, weak: str, strong: str, layers=None) -> Judgement | None:
+    """``weak`` has not learned where ``strong`` beats it (its best setting); contradicted where
+    ``weak`` learned or beats ``strong``."""
+    j = a_beats_b(e, strong, weak, layers=layers)
+    if j is None:
+        return None
+    learned_weak = [stat(e, row) for _, row in e.rows(weak, layers=layers).iterrows()]
+    best_weak = max(learned_weak, key=lambda s: s.mean)
+    if best_weak.learned:
+        return Judgement(CONTRADICTED, f"{j.compared}; {weak} learned: best {best_weak.text()} "
+                                       f"(chance {100 * best_weak.chance:.1f}%)")
+    return j
+
+
+def depth_helps(e, model: str) -> Judgement | None:
+    """At each width trained at two or more depths, the deepest against the shallowest (comparing
+    across widths would credit depth with what width did)."""
+    return grows_with(e, "layers", [model])
+
+
+# --------------------------------------------------------------------------- the claims
+COPY_TRANSFORMER = ("transformer_rope_jelassi", "transformer_rope")  # the paper scale's (Jelassi's), the demo's
+COPY_MAMBA = ("mamba_jelassi", "mamba")
+
+
+def present(e, *names: str) -> str:
+    """The first of ``names`` that the experiment trains (else the last: the claim finds no rows)."""
+    trained = set(e.rows()["model"])
+    return next((n for n in names if n in trained), names[-1])
+
+
+# (id, experiment, the paper's claim, judge)
+CLAIMS: list[tuple[str, str, str, Callable]] = [
+    ("lrwindow", "fig1", "Attention succeeds over a wider range of learning rates than Hyena and Mamba",
+     lambda e: window_wider(e, "attention", ["hyena", "mamba"])),
+    ("finegrid", "fig2", "A finer learning-rate grid than Zoology's improves the recurrent models",
+     fine_grid_helps),
+    ("attn2", "fig2", "2-layer attention solves MQAR in every setting", lambda e: solves_everywhere(e, "attention")),
+    ("attn1", "fig3", "1-layer attention fails where 1-layer Mamba succeeds",
+     lambda e: fails_where_other_learns(e, "attention", "mamba", layers=1)),
+    ("width", "fig3", "1-layer recurrent models improve with width",
+     lambda e: grows_with(e, "width", mixers_out=ATTENTION_MIXERS)),
+    ("depth", "fig4", "Attention improves with depth", lambda e: depth_helps(e, "attention")),
+    ("widthdepth", "fig4", "At equal parameter count, Mamba prefers width to depth",
+     lambda e: wide_beats_deep(e, "mamba")),
+    ("copylr", "fig5", "On copying, the Transformer succeeds over a wider range of learning rates than Mamba",
+     lambda e: window_wider(e, present(e, *COPY_TRANSFORMER), [present(e, *COPY_MAMBA)])),
+    ("copywidth", "table1", "On copying, at equal parameter count a wide Mamba beats a deep one",
+     lambda e: wide_beats_deep(e, present(e, *COPY_MAMBA))),
+    ("conv", "table2", "A convolution lets 1-layer attention recall; Mamba needs its conv1d",
+     lambda e: all_of([a_beats_b(e, "attention_conv_qkv", "attention"), a_beats_b(e, "mamba", "mamba_noconv")])),
+    ("backbone", "table2", "Removing Mamba's gate, or recasting it as S6 + MLP, costs no accuracy",
+     lambda e: alike(e, "mamba", ["mamba_nogate", "s6_mlp"])),
+    ("convkv", "table3", "A convolution on K or on V suffices; on Q it does not",
+     lambda e: all_of([a_beats_b(e, "attention_conv_k", "attention"), a_beats_b(e, "attention_conv_v", "attention"),
+                       a_beats_b(e, "attention_conv_k", "attention_conv_q")])),
+    ("pe", "table4", "Positional encodings change recurrent models' accuracy little", lambda e: pe_alike(e)),
+    ("deltanet", "fig7", "DeltaNet has a wider window of good learning rates than Mamba2 and Mamba",
+     lambda e: window_wider(e, "deltanet", ["mamba2", "mamba"])),
+    ("depth12", "fig13", "At 12 layers, attention still has a wider learning-rate window than Mamba",
+     lambda e: window_wider(e, "attention", ["mamba"])),
+]
+
+
+def pe_alike(e) -> Judgement | None:
+    """Each positional variant (MODEL_pe_SCHEME) is alike its model without one (MODEL); a model
+    whose variants have not learned adds no evidence either way."""
+    models = list(e.rows()["model"].unique())
+    parts = [alike(e, base, [m for m in models if m.startswith(f"{base}_pe_")])
+             for base in models if "_pe_" not in base]
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    vs = [p.verdict for p in parts]
+    v = CONTRADICTED if CONTRADICTED in vs else CONSISTENT if CONSISTENT in vs else INCONCLUSIVE
+    return Judgement(v, "; ".join(p.compared for p in parts))
+
+
+def judge(results: dict) -> list[dict]:
+    """Every claim whose experiment this scale declares and trains: id, exp, claim, verdict, compared."""
+    rows = []
+    for cid, exp, text, fn in CLAIMS:
+        e = results.get(exp)
+        if e is None or e.best.empty:
+            continue
+        j = fn(e)
+        if j is not None:
+            rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared})
+    return rows
+
+
+def rules_text() -> str:
+    """The rules in a sentence or three, for the paper's claims table (plain text)."""
+    return (f"Chance is 1/K for MQAR with K key-value pairs and 0 for the copy task's exact match. A model has "
+            f"learned when its mean accuracy reaches chance + {LEARNED_MARGIN:g} × (1 - chance) "
+            f"({100 * learned_threshold(0.25):.2f}% at K = 4). A difference is conclusive when it exceeds both "
+            f"sides' max–min spread over seeds and {MIN_DIFF:g} (the only bar with one seed); a model beats "
+            f"another when it has learned and is conclusively better. A claim that one model does better is "
+            f"consistent when it beats the other, contradicted when the other beats it, inconclusive otherwise; "
+            f"a claim that two do alike is consistent when one has learned and the means differ by at most "
+            f"{MIN_DIFF:g}. A learning rate is good at a mean of {100 * GOOD:g}%; a wider window means more "
+            f"learning rates at which a model is good and beats the other. Equal parameter counts: within a "
+            f"factor {PARAM_RATIO:g}.")
+

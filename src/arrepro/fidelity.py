@@ -1,0 +1,260 @@
+"""The fidelity table: every paper-scale setting of config.yaml beside what the paper, Zoology and
+Jelassi et al. say, and where they say it.
+
+``REFERENCE`` holds the sources' values, each with the line it comes from; ``rows(config)``
+reads this config's value for each and says whose value it is: "paper", "Zoology", "Jelassi"
+(the first source it equals) or "CHOICE: reason", the reason from the paper scale's
+``choices`` (config.yaml) when no source's value is taken. A setting with neither is a
+"DEVIATION" (tests/test_fidelity.py fails on one).
+
+    python -m arrepro.fidelity [--format markdown|latex]   # from the repository root
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable
+
+SILENT = "silent"
+NONE = "—"
+PAPER = "2508.19029"
+ZOOLOGY = "HazyResearch/zoology"
+JELASSI = "sjelassi/transformers_ssm_copy"
+
+
+@dataclass(frozen=True)
+class Ref:
+    setting: str                       # also the key of a reason in the paper scale's `choices`
+    value: Callable[[dict], Any]       # this config's value (the whole config in, the value out)
+    paper: Any = SILENT
+    zoology: Any = NONE
+    jelassi: Any = NONE
+    source: str = ""
+
+
+def _scale(c):
+    return c["scales"]["paper"]
+
+
+def _task(name, *keys):
+    return lambda c: tuple(_scale(c)["tasks"][name].get(k) for k in keys) if len(keys) > 1 \
+        else _scale(c)["tasks"][name].get(keys[0])
+
+
+def _mqar(key):
+    return lambda c: sorted({t[key] for t in _scale(c)["tasks"].values() if t["kind"] == "mqar"})
+
+
+def _recipe(name, key, default=None):
+    return lambda c: _scale(c)["recipes"][name].get(key, default)
+
+
+def _grid(exp, i, key):
+    return lambda c: _scale(c)["experiments"][exp]["grids"][i][key]
+
+
+def _model(name, *path):
+    def get(c):
+        v = c["models"][name]
+        for p in path:
+            v = v.get(p) if isinstance(v, dict) else None
+        return v
+    return get
+
+
+def _lrs(c, exp, i):
+    g = _scale(c)["experiments"][exp]["grids"][i]
+    return c["lr_grids"][g["lrs"]] if isinstance(g["lrs"], str) else g["lrs"]
+
+
+def _all_seeds(c):
+    return sorted({s for e in _scale(c)["experiments"].values() for g in e["grids"] for s in g["seeds"]})
+
+
+def _setting(exp):
+    """(L, K, width, layers) of an experiment's first grid."""
+    def get(c):
+        g = _scale(c)["experiments"][exp]["grids"][0]
+        t = _scale(c)["tasks"][g["tasks"][0]]
+        return (t["seq_len"], t["num_kv_pairs"], g["widths"][0], g["layers"][0])
+    return get
+
+
+A2 = "A.2 Data"
+REFERENCE: list[Ref] = [
+    # ---- MQAR data (A.2)
+    Ref("tasks.L64", _task("L64", "seq_len", "num_kv_pairs"), (64, 4), (64, 4), source=f"{A2}: '64 tokens with 4 key-value pairs'"),
+    Ref("tasks.L128", _task("L128", "seq_len", "num_kv_pairs"), (128, 8), (128, 8), source=f"{A2}: '128 tokens with 8'"),
+    Ref("tasks.L256", _task("L256", "seq_len", "num_kv_pairs"), (256, 16), (256, 16), source=f"{A2}: '256 tokens with 16'"),
+    Ref("tasks.L512", _task("L512", "seq_len", "num_kv_pairs"), (512, 64), NONE,
+        source=f"{A2}: '512 tokens with 64' (Zoology's Fig. 2 config has (512, 64) commented out)"),
+    Ref("tasks.L256K64", _task("L256K64", "seq_len", "num_kv_pairs"), (256, 64), source="Fig. 4 caption: 'Seq len: 256, KV pairs: 64'"),
+    Ref("MQAR vocabulary", _mqar("vocab_size"), [8192], [8192], source=f"{A2}: 'a fixed vocabulary of 8,192 tokens'"),
+    Ref("MQAR train examples", _mqar("n_train"), [100000], [100000], source=f"{A2}: '100,000 training samples'"),
+    Ref("MQAR test examples", _mqar("n_test"), [3000], [3000], source=f"{A2}: '3,000 test samples'"),
+    # ---- grids
+    Ref("widths (Figs. 2, 3, 11, 12)", _grid("fig2", 0, "widths"), [64, 128, 256, 512, 1024, 2048], [64, 128, 256, 512],
+        source="A.2 Models: 'six model dimensions: 64, 128, 256, 512, 1024 and 2048'"),
+    Ref("layers (Figs. 2 / 3)", lambda c: (_grid("fig2", 0, "layers")(c), _grid("fig3", 0, "layers")(c)), ([2], [1]), ([2], NONE),
+        source="A.2 Models: 'two configurations: 1-layer and 2-layer'"),
+    Ref("a layer", lambda c: c["models"]["attention"].get("mlp", True), True, False,
+        source="A.2 Models: 'a sequence mixer ... followed by an MLP' (Zoology's sweeps: state mixer = identity)"),
+    Ref("positional information", lambda c: sorted(m for m in ("attention", "based", "hyena", "h3", "rwkv", "mamba")
+                                                    if c["models"][m].get("position", "none") != "none"),
+        ["attention", "based"], ["attention"], source="A.2 Models: 'Positional information is used only in Attention and Based'"),
+    Ref("seeds", _all_seeds, [42, 123, 456, 777, 789], source="A.2: 'five random seeds (42, 123, 777, 456 and 789)'"),
+    Ref("lr_grids.fine", lambda c: c["lr_grids"]["fine"], SILENT, source="A.2: 'a learning rate sweep' (values not given)"),
+    Ref("lr_grids.zoology", lambda c: c["lr_grids"]["zoology"], SILENT, [1.0e-4, 4.64e-4, 2.15e-3, 1.0e-2],
+        source="Zoology iclr24_zoology_figure2/configs.py: np.logspace(-4, -2, 4)"),
+    Ref("experiments.fig1.widths", _grid("fig1", 0, "widths"), SILENT, source="Fig. 1 caption (width not given)"),
+    Ref("Fig. 4 widths", _grid("fig4", 0, "widths"), [64, 128, 256, 512, 1024, 2048],
+        source="Fig. 4 caption: 'models of increasing dimension from 64 to 2048'"),
+    Ref("experiments.fig4.layers", lambda c: sorted({n for g in _scale(c)["experiments"]["fig4"]["grids"] for n in g["layers"]}),
+        SILENT, source="Fig. 4 caption: 'each architecture and depth' (depths not given)"),
+    Ref("Fig. 7 widths", _grid("fig7", 0, "widths"), [64, 128, 256], source="Fig. 7 caption: 'model dimensions up to 256'"),
+    Ref("Fig. 13 layers", _grid("fig13", 0, "layers"), [12], source="Fig. 13 caption: '12-layers models'"),
+    Ref("experiments.fig13.widths", _grid("fig13", 0, "widths"), SILENT, source="Fig. 13 caption (width not given)"),
+    Ref("experiments.table2.setting", _setting("table2"), SILENT,
+        source="Table 2: 'Attention 2%'; Sec. 4: 1-layer attention recalls 'one key-value pair in every setting'"),
+    # ---- the paper's recipe (A.2)
+    Ref("recipes.paper.epochs", _recipe("paper", "epochs"), 50, 64, source="A.2 Training: 'We trained for 50 epochs'"),
+    Ref("recipes.paper.batch_size", _recipe("paper", "batch_size"), {128: 512, 256: 256, 512: 128}, {128: 512, 256: 256, 512: 128},
+        source="A.2 Training: '128 for sequence length 512, 256 for sequence length 256 and 512 otherwise'"),
+    Ref("recipes.paper.warmup_frac", _recipe("paper", "warmup_frac"), 0.1, 0.0, source="A.2 Training: 'warmup duration 10%, linear warmup'"),
+    Ref("recipes.paper.weight_decay", _recipe("paper", "weight_decay"), 0.1, 0.1, 0.1, source="A.2 Training: 'AdamW ..., weight decay 0.1'"),
+    Ref("recipes.paper.schedule", _recipe("paper", "schedule"), SILENT, "cosine (per epoch)", source="A.2 (no decay stated)"),
+    Ref("recipes.paper.embed_dropout", _recipe("paper", "embed_dropout", 0.0), SILENT, 0.1, source="Zoology ModelConfig: embed_dropout 0.1"),
+    Ref("precision", lambda c: _scale(c).get("precision", "fp32"), SILENT, "fp32", source="A.2: 'GPU A100' (precision not given); Zoology: fp32"),
+    Ref("aggregate.metric", lambda c: c["aggregate"]["metric"], SILENT,
+        source="A.2: 'the best performance achieved across the tested learning rates'"),
+    # ---- Zoology's replication (Figs. 2, 11)
+    Ref("recipes.zoology", lambda c: tuple(_scale(c)["recipes"]["zoology"].get(k) for k in
+                                           ("epochs", "warmup_frac", "schedule", "schedule_step", "early_stop_accuracy")),
+        SILENT, (64, 0.0, "cosine", "epoch", 0.99),
+        source="Zoology figure-2 config: max_epochs=64; train.py: CosineAnnealingLR stepped per epoch, stop at 0.99"),
+    Ref("replication widths", _grid("fig2", 1, "widths"), SILENT, [64, 128, 256, 512], source="Zoology figure-2 config: d_model 64-512"),
+    Ref("replication models: MLP", lambda c: sorted({c["models"][m].get("mlp", True) for m in
+                                                      _grid("fig2", 1, "models")(c) + _grid("fig11", 1, "models")(c)}),
+        SILENT, [False], source="Zoology figure-2 config: state_mixer = torch.nn.Identity"),
+    Ref("replication attention dropout", _model("zoology_attention", "mixer_kwargs", "dropout"), SILENT, 0.1,
+        source="Zoology figure-2 config: MHA dropout 0.1, 1 head"),
+    Ref("replication Based", lambda c: (c["models"]["zoology_based"]["mixer"],
+                                        c["models"]["zoology_based"]["mixer_kwargs"]["feature_dim"]), SILENT, ("based_hybrid", 8),
+        source="Zoology figure-2 config: Hybrid([BaseConv(kernel 3), Based(feature_dim 8)])"),
+    # ---- mixers
+    Ref("attention heads", _model("attention", "mixer_kwargs", "num_heads"), SILENT, 1, source="Zoology figure-2 config: num_heads 1"),
+    Ref("models.based", lambda c: (c["models"]["based"]["mixer"], c["models"]["based"]["mixer_kwargs"].get("feature_dim")),
+        SILENT, ("based_hybrid", 8), source="Zoology figure-2 config (Based)"),
+    Ref("H3 d_state", _model("h3", "mixer_kwargs", "d_state"), SILENT, "seq_len",
+        source="Zoology figure-2 config: d_state = input_seq_len ('mathematically equivalent to Hyena')"),
+    Ref("Hyena (order, filter order, short filter)", lambda c: tuple(c["models"]["hyena"]["mixer_kwargs"][k] for k in
+                                                                     ("order", "filter_order", "short_filter")),
+        SILENT, (2, 64, 3), source="Zoology mixers/hyena.py defaults"),
+    Ref("Mamba (d_state, d_conv, expand)", lambda c: tuple(c["models"]["mamba"]["mixer_kwargs"][k] for k in ("d_state", "d_conv", "expand")),
+        SILENT, (16, 4, 2), source="Zoology figure-2 config: Mamba() defaults (mamba-ssm: 16, 4, 2)"),
+    Ref("Mamba2 (d_state, headdim)", lambda c: tuple(c["models"]["mamba2"]["mixer_kwargs"][k] for k in ("d_state", "headdim")),
+        "larger than Mamba's", (128, 64), source="Fig. 7: 'a larger hidden state ... as in Mamba2'; Zoology mixers/mamba2.py defaults"),
+    Ref("DeltaNet (heads, conv)", lambda c: tuple(c["models"]["deltanet"]["mixer_kwargs"][k] for k in ("num_heads", "conv_size")),
+        SILENT, (2, 4), source="Zoology models_repo add_delta_net"),
+    # ---- the copy task (Sec. 5 follows Jelassi et al.)
+    Ref("copy vocabulary", _task("copy", "vocab_size"), SILENT, jelassi=26, source="Jelassi main.py: --vocab_size 26"),
+    Ref("copy train lengths", _task("copy", "min_len", "max_len"), SILENT, jelassi=(5, 20), source="Jelassi main.py: --min_train_len 5 --max_train_len 20"),
+    Ref("copy context", _task("copy", "context_len"), SILENT, jelassi=220, source="Jelassi main.py: --context_len 220 (examples packed)"),
+    Ref("copy test lengths", _task("copy", "test_min_len", "test_max_len"), SILENT, jelassi=(10, 19),
+        source="Jelassi test_utils.py: np.arange(--min_eval_len 10, --max_eval_len 20)"),
+    Ref("copy training rows", _task("copy", "n_train"), SILENT, jelassi=16000, source="Jelassi main.py: --steps 2000 x --train_batch_size 8, fresh samples"),
+    Ref("tasks.copy.n_test", _task("copy", "n_test"), SILENT, jelassi=240, source="Jelassi: --eval_num_batches 3 x --eval_batch_size 8 per length"),
+    Ref("copy recipe (batch, epochs, warmup, schedule, clip, wd)", lambda c: tuple(_scale(c)["recipes"]["copy"].get(k) for k in
+        ("batch_size", "epochs", "warmup_frac", "schedule", "grad_clip", "weight_decay")), SILENT,
+        jelassi=(8, 1, 0.05, "linear", 1.0, 0.1),
+        source="Jelassi train_utils.py: AdamW wd 0.1, linear schedule, 100 warmup of 2,000 steps, clip 1.0; batch 8"),
+    Ref("copy Transformer (layers, width, heads)", lambda c: (_grid("table1", 0, "layers")(c)[0], _grid("table1", 0, "widths")(c)[0],
+                                                              c["models"][_grid("table1", 0, "models")(c)[0]]["mixer_kwargs"]["num_heads"]),
+        (12, 1024, SILENT), jelassi=(12, 1024, 16), source="Table 1: Attention (RoPE) 12 layers, width 1024; Jelassi main.py: --heads 16"),
+    Ref("copy Mamba d_state", _model("mamba_jelassi", "mixer_kwargs", "d_state"), SILENT, jelassi=32, source="Jelassi main.py: --state_dim 32"),
+    Ref("Table 1 Mamba shapes", lambda c: sorted((g["layers"][0], g["widths"][0]) for g in _scale(c)["experiments"]["table1"]["grids"][1:]),
+        [(12, 1024), (12, 1408), (24, 1024)], source="Table 1: Mamba 12x1024, 24x1024, 12x1408"),
+    Ref("experiments.fig5.lrs", lambda c: _lrs(c, "fig5", 0), SILENT, jelassi="1e-5 (default)", source="Fig. 5 (values not given)"),
+]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {str(k): v for k, v in a.items()} == {str(k): v for k, v in b.items()}
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def rows(config: dict) -> list[dict]:
+    """One row per reference setting: setting, here, paper, zoology, jelassi, whose, source."""
+    choices = _scale(config).get("choices", {})
+    out = []
+    for r in REFERENCE:
+        try:
+            here = r.value(config)
+        except (KeyError, IndexError, TypeError) as err:
+            raise ValueError(f"config.yaml (scale paper): fidelity setting {r.setting!r} not found ({err!r})") from err
+        whose = next((name for name, ref in (("paper", r.paper), ("Zoology", r.zoology), ("Jelassi", r.jelassi))
+                      if ref not in (SILENT, NONE) and _same(here, ref)), None)
+        if whose is None:
+            whose = f"CHOICE: {choices[r.setting]}" if r.setting in choices else "DEVIATION"
+        out.append({"setting": r.setting, "here": here, "paper": r.paper, "zoology": r.zoology, "jelassi": r.jelassi,
+                    "whose": whose, "source": r.source})
+    return out
+
+
+def _fmt(v) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {x}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(_fmt(x) for x in v) + ")" if isinstance(v, tuple) else "[" + ", ".join(_fmt(x) for x in v) + "]"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def markdown(config: dict) -> str:
+    lines = ["| setting | here | paper | Zoology | Jelassi | whose | source |", "|---|---|---|---|---|---|---|"]
+    for r in rows(config):
+        cells = [r["setting"], _fmt(r["here"]), _fmt(r["paper"]), _fmt(r["zoology"]), _fmt(r["jelassi"]), r["whose"], r["source"]]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def latex(config: dict, escape: Callable[[str], str]) -> str:
+    """A longtable (the paper's appendix); ``escape`` is the paper's TeX escaping."""
+    out = [r"\begin{longtable}{>{\raggedright}p{0.15\linewidth}>{\raggedright}p{0.13\linewidth}"
+           r">{\raggedright}p{0.09\linewidth}>{\raggedright}p{0.09\linewidth}>{\raggedright}p{0.07\linewidth}"
+           r">{\raggedright}p{0.16\linewidth}>{\raggedright\arraybackslash}p{0.19\linewidth}}",
+           r"\toprule setting & here & paper & Zoology & Jelassi & whose & source \\ \midrule\endhead"]
+    for r in rows(config):
+        cells = [r["setting"], _fmt(r["here"]), _fmt(r["paper"]), _fmt(r["zoology"]), _fmt(r["jelassi"]), r["whose"], r["source"]]
+        out.append(" & ".join(escape(c) for c in cells) + r" \\")
+    out.append(r"\bottomrule\end{longtable}")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    import yaml
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="config.yaml")
+    ap.add_argument("--format", choices=["markdown", "latex"], default="markdown")
+    a = ap.parse_args()
+    config = yaml.safe_load(open(a.config))
+    if a.format == "markdown":
+        print(markdown(config), end="")
+    else:
+        from .paper import tex_escape
+
+        print(latex(config, tex_escape), end="")
+
+
+if __name__ == "__main__":
+    main()

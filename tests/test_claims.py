@@ -1,0 +1,220 @@
+"""Every claim of arrepro.claims on small hand-made tables, for each of its three verdicts."""
+import pandas as pd
+import pytest
+
+from arrepro import claims as C
+from arrepro.paper import Results
+
+TASKS = {"L64": {"kind": "mqar", "num_kv_pairs": 4}, "copy": {"kind": "copy"}}
+MIXER = {"attention_conv_qkv": "attention", "attention_conv_k": "attention", "attention_conv_v": "attention",
+         "attention_conv_q": "attention", "mamba_noconv": "mamba", "mamba_nogate": "mamba", "s6_mlp": "mamba",
+         "transformer_rope": "attention"}
+
+
+def mixer(m):
+    return MIXER.get(m, m.split("_pe_")[0])
+
+
+def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", exp="e"):
+    """best_rows: (model, width, layers, mean, min, max[, params][, task]); cell_rows: (model, width,
+    layers, lr, seed, acc[, task]); zoo_rows: best rows of the Zoology replication series."""
+    def best(rows, series):
+        out = []
+        for r in rows:
+            model, w, n, mean, lo, hi = r[:6]
+            params = r[6] if len(r) > 6 else 1000 * w * n
+            task = r[7] if len(r) > 7 else "L64"
+            out.append({"series": series, "task": task, "task_name": task, "seq_len": 64, "model": model,
+                        "mixer": mixer(model), "width": w, "layers": n, "recipe": "r", "metric": metric,
+                        "best_lr": 1e-3, "mean": mean, "std": 0.0, "min": lo, "max": hi, "parameters": params})
+        return out
+    cells = []
+    for r in cell_rows:
+        model, w, n, lr, seed, acc = r[:6]
+        task = r[6] if len(r) > 6 else "L64"
+        cells.append({"series": "main", "task": task, "task_name": task, "seq_len": 64, "model": model,
+                      "mixer": mixer(model), "width": w, "layers": n, "lr": lr, "seed": seed, metric: acc,
+                      "diverged": False, "parameters": 1, "cell_dir": f"{model}/{w}/{n}/{lr}/{seed}/{task}"})
+    grids = [{"series": "main", "lrs": [1e-3]}] + ([{"series": "replication (Zoology grid)", "lrs": "zoology"}]
+                                                   if zoo_rows else [])
+    return Results(exp, {"title": exp, "grids": grids},
+                   pd.DataFrame(best(best_rows, "main") + best(zoo_rows, "replication (Zoology grid)")),
+                   pd.DataFrame(cells), [], TASKS)
+
+
+def verdict(cid, e):
+    fn = next(f for i, _, _, f in C.CLAIMS if i == cid)
+    j = fn(e)
+    assert j is not None
+    return j.verdict
+
+
+def one(m, mean, w=64, n=1, spread=0.0, params=None, task="L64"):
+    row = (m, w, n, mean, mean - spread / 2, mean + spread / 2)
+    return row + ((params,) if params else (1000 * w * n,)) + (task,)
+
+
+# --------------------------------------------------------------------------- the rules
+def test_chance_and_learned_threshold():
+    assert C.chance_level({"kind": "mqar", "num_kv_pairs": 4}, "final_accuracy") == 0.25
+    assert C.chance_level({"kind": "copy"}, "final_exact_match") == 0.0
+    assert C.learned_threshold(0.25) == pytest.approx(0.4375)
+    s = C.Stat("m", 0.43, 0.43, 0.43, 0.25)
+    assert not s.learned and C.Stat("m", 0.44, 0.44, 0.44, 0.25).learned
+
+
+def test_a_difference_within_the_seed_spread_is_not_conclusive():
+    a, b = C.Stat("a", 0.9, 0.5, 1.0, 0.25), C.Stat("b", 0.5, 0.45, 0.55, 0.25)
+    assert not C.conclusive(a, b) and C.compare(a, b) == 0  # 0.4 < spread 0.5
+    a = C.Stat("a", 0.9, 0.85, 0.95, 0.25)
+    assert C.compare(a, b) == 1 and C.compare(b, a) == -1
+    # one seed: 0.10 is the bar
+    assert C.compare(C.Stat("a", 0.60, 0.60, 0.60, 0.25), C.Stat("b", 0.51, 0.51, 0.51, 0.25)) == 0
+    # neither learned: below the margin over chance nothing beats anything
+    assert C.compare(C.Stat("a", 0.40, 0.40, 0.40, 0.25), C.Stat("b", 0.02, 0.02, 0.02, 0.25)) == 0
+
+
+# --------------------------------------------------------------------------- window claims
+def window_cells(a, b, accs_a, accs_b, lrs=(1e-3, 1e-2, 1e-1), seeds=(0,)):
+    rows = []
+    for m, accs in ((a, accs_a), (b, accs_b)):
+        for lr, acc in zip(lrs, accs):
+            rows += [(m, 64, 2, lr, s, acc) for s in seeds]
+    best = [one(a, max(accs_a), n=2), one(b, max(accs_b), n=2)]
+    return best, rows
+
+
+@pytest.mark.parametrize("cid,a,bs", [("lrwindow", "attention", ["hyena", "mamba"]),
+                                      ("copylr", "transformer_rope", ["mamba"]),
+                                      ("deltanet", "deltanet", ["mamba2", "mamba"]),
+                                      ("depth12", "attention", ["mamba"])])
+def test_window_claims(cid, a, bs):
+    task = "copy" if cid == "copylr" else "L64"
+    metric = "final_exact_match" if cid == "copylr" else "final_accuracy"
+
+    def make(accs_a, accs_b):
+        best, cells = [], []
+        for b in bs:
+            bb, cc = window_cells(a, b, accs_a, accs_b)
+            best += bb
+            cells += cc
+        best = [r[:7] + (task,) for r in dict.fromkeys(best)]
+        cells = [r + (task,) for r in dict.fromkeys(cells)]
+        return results(best, cells, metric=metric)
+
+    assert verdict(cid, make([0.95, 0.99, 0.97], [0.02, 0.96, 0.10])) == "consistent"
+    assert verdict(cid, make([0.02, 0.96, 0.10], [0.95, 0.99, 0.97])) == "contradicted"
+    # every model good at the same single LR: no LR where one is good and beats the other
+    assert verdict(cid, make([0.02, 0.96, 0.10], [0.05, 0.97, 0.12])) == "inconclusive"
+
+
+def test_window_claim_with_seeds_needs_a_conclusive_gap():
+    best, cells = window_cells("attention", "mamba", [0.95, 0.99, 0.95], [0.02, 0.96, 0.88], seeds=(0, 1))
+    cells = [c if not (c[0] == "mamba" and c[3] == 1e-1 and c[4] == 1) else c[:5] + (0.30,) for c in cells]
+    # mamba at 1e-1: seeds 0.88 and 0.30 (mean 0.59, spread 0.58): attention's 0.95 is within it
+    e = results(best, cells + [("hyena", 64, 2, lr, 0, 0.96) for lr in (1e-3, 1e-2, 1e-1)])
+    assert verdict("lrwindow", e) == "inconclusive"  # hyena ties; against mamba only 1e-3 counts
+    j = C.window_wider(e, "attention", ["mamba"])
+    assert j.verdict == "consistent" and "beating the other at 1 vs 0" in j.compared
+
+
+# --------------------------------------------------------------------------- fig2
+def test_finegrid():
+    zoo = [one("mamba", 0.30, w=64, n=2), one("hyena", 0.30, w=64, n=2)]
+    assert verdict("finegrid", results([one("mamba", 0.95, n=2), one("hyena", 0.35, n=2)], zoo_rows=zoo)) == "consistent"
+    assert verdict("finegrid", results([one("mamba", 0.05, n=2), one("hyena", 0.35, n=2)],
+                                       zoo_rows=[one("mamba", 0.80, n=2), zoo[1]])) == "contradicted"
+    assert verdict("finegrid", results([one("mamba", 0.35, n=2)], zoo_rows=zoo)) == "inconclusive"
+
+
+def test_attn2():
+    assert verdict("attn2", results([one("attention", 0.99, w=w, n=2) for w in (64, 128)])) == "consistent"
+    assert verdict("attn2", results([one("attention", 0.99, n=2), one("attention", 0.30, w=128, n=2)])) == "contradicted"
+    assert verdict("attn2", results([one("attention", 0.99, n=2), one("attention", 0.70, w=128, n=2)])) == "inconclusive"
+
+
+# --------------------------------------------------------------------------- fig3 / fig4
+def test_attn1():
+    assert verdict("attn1", results([one("attention", 0.26), one("mamba", 0.93)])) == "consistent"
+    assert verdict("attn1", results([one("attention", 0.95), one("mamba", 0.93)])) == "contradicted"
+    # neither learned (the demo's 0.24 vs 0.26): inconclusive
+    assert verdict("attn1", results([one("attention", 0.26), one("mamba", 0.30)])) == "inconclusive"
+
+
+def test_width():
+    rows = [one("mamba", 0.30, w=16), one("hyena", 0.30, w=16), one("attention", 0.26, w=16)]
+    assert verdict("width", results(rows + [one("mamba", 0.93, w=32), one("hyena", 0.35, w=32),
+                                            one("attention", 0.26, w=32)])) == "consistent"
+    assert verdict("width", results([one("mamba", 0.93, w=16), one("mamba", 0.30, w=32)])) == "contradicted"
+    assert verdict("width", results([one("mamba", 0.20, w=16), one("mamba", 0.24, w=32)])) == "inconclusive"
+
+
+def test_depth():
+    assert verdict("depth", results([one("attention", 0.19, w=16, n=2), one("attention", 0.90, w=16, n=4),
+                                     one("attention", 0.99, w=32, n=2)])) == "consistent"
+    assert verdict("depth", results([one("attention", 0.90, w=16, n=2), one("attention", 0.10, w=16, n=4)])) \
+        == "contradicted"
+    assert verdict("depth", results([one("attention", 0.19, w=16, n=2), one("attention", 0.20, w=16, n=4)])) \
+        == "inconclusive"
+
+
+@pytest.mark.parametrize("cid,task", [("widthdepth", "L64"), ("copywidth", "copy")])
+def test_wide_against_deep(cid, task):
+    metric = "final_exact_match" if task == "copy" else "final_accuracy"
+
+    def make(wide, deep, deep_params=150):
+        return results([one("mamba", wide, w=1408, n=12, params=150e6, task=task),
+                        one("mamba", deep, w=1024, n=24, params=deep_params * 1e6, task=task),
+                        one("mamba", 0.0, w=1024, n=12, params=80e6, task=task)], metric=metric)
+
+    assert verdict(cid, make(1.00, 0.16)) == "consistent"
+    assert verdict(cid, make(0.16, 1.00)) == "contradicted"
+    assert verdict(cid, make(0.60, 0.55)) == "inconclusive"
+    # the demo's case: 0.24 against 0.04 at K=4, neither learned
+    if task == "L64":
+        assert verdict(cid, make(0.24, 0.04)) == "inconclusive"
+    # no pair within a factor 1.5 of parameters: nothing to compare
+    j = C.wide_beats_deep(make(1.0, 0.0, deep_params=400), "mamba")
+    assert j.verdict == "inconclusive" and "factor 1.5" in j.compared
+
+
+# --------------------------------------------------------------------------- tables 2-4
+def test_conv():
+    base = [one("attention", 0.02), one("attention_conv_qkv", 0.99), one("mamba", 0.99), one("mamba_noconv", 0.02)]
+    assert verdict("conv", results(base)) == "consistent"
+    assert verdict("conv", results(base[:3] + [one("mamba_noconv", 0.99), one("mamba", 0.40, w=128),
+                                               one("mamba_noconv", 0.95, w=128)])) == "inconclusive"
+    assert verdict("conv", results([one("attention", 0.99), one("attention_conv_qkv", 0.20)] + base[2:])) \
+        == "contradicted"
+
+
+def test_backbone():
+    assert verdict("backbone", results([one("mamba", 0.99), one("mamba_nogate", 0.98), one("s6_mlp", 0.95)])) \
+        == "consistent"
+    assert verdict("backbone", results([one("mamba", 0.99), one("mamba_nogate", 0.30), one("s6_mlp", 0.98)])) \
+        == "contradicted"
+    # nothing learned (the demo's Table 2: all <= 0.26): alike, but not evidence
+    assert verdict("backbone", results([one("mamba", 0.20), one("mamba_nogate", 0.17), one("s6_mlp", 0.22)])) \
+        == "inconclusive"
+
+
+def test_convkv():
+    base = [one("attention", 0.02), one("attention_conv_k", 0.99), one("attention_conv_v", 0.99)]
+    assert verdict("convkv", results(base + [one("attention_conv_q", 0.02)])) == "consistent"
+    assert verdict("convkv", results([one("attention", 0.02), one("attention_conv_k", 0.02),
+                                      one("attention_conv_v", 0.99), one("attention_conv_q", 0.99)])) == "contradicted"
+    assert verdict("convkv", results(base + [one("attention_conv_q", 0.99)])) == "inconclusive"
+
+
+def test_pe():
+    ok = [one("mamba", 0.99), one("mamba_pe_rope", 0.97), one("hyena", 0.30), one("hyena_pe_rope", 0.32)]
+    assert verdict("pe", results(ok)) == "consistent"
+    assert verdict("pe", results(ok[:1] + [one("mamba_pe_rope", 0.40)])) == "contradicted"
+    # the demo's Table 4: all 0.02-0.12, nothing learned
+    assert verdict("pe", results([one("mamba", 0.12), one("mamba_pe_rope", 0.02), one("rwkv", 0.05),
+                                  one("rwkv_pe_learned", 0.08)])) == "inconclusive"
+
+
+def test_every_claim_is_tested_here():
+    src = open(__file__).read()
+    assert all(f'"{cid}"' in src for cid, *_ in C.CLAIMS)
