@@ -70,18 +70,27 @@ def test_the_profile_runs_the_paper_grid_unless_told_otherwise():
     p = render_profile(ARREPRO_SCALE=None)
     assert p["executor"] == "slurm"
     assert p["software-deployment-method"] == "conda"
-    assert p["config"] == ["scale=paper"]
-    assert render_profile(ARREPRO_SCALE="tiny")["config"] == ["scale=tiny"]
+    assert p["config"] == ["scale=paper", f"cells_per_gpu={profile_cells_per_gpu()}"]
+    assert render_profile(ARREPRO_SCALE="tiny")["config"][0] == "scale=tiny"
     cpu, gpu = profile_partitions()
     assert f"slurm_partition='{cpu}'" in p["default-resources"]
     assert f"train:slurm_partition='{gpu}'" in p["set-resources"]
     assert int(p["retries"]) >= 1 and p["rerun-incomplete"] in ("True", "true")
 
 
+def profile_cells_per_gpu(text: str | None = None) -> int:
+    return int(re.search(r"^  - CELLS_PER_GPU = (\d+)", text or PROFILE.read_text(), re.M)[1])
+
+
 def test_the_profile_bundles_what_resources_py_groups():
     p = render_profile()
     assert sorted(p["group-components"]) == sorted(f"{g}={n}" for g, n in R.group_components().items())
-    assert "train_slot=1" in p["resources"] and "train_slot=local" in p["set-resource-scopes"]
+    # the submitting Snakemake lays CELLS_PER_GPU cells side by side, the workflow packs as many
+    n = profile_cells_per_gpu()
+    assert f"train_slot={n}" in p["resources"] and "train_slot=local" in p["set-resource-scopes"]
+    assert f"cells_per_gpu={n}" in p["config"]
+    gpu = profile_partitions()[1]
+    assert f"gpu_pack:slurm_partition='{gpu}'" in p["set-resources"]  # a group's strings must agree
 
 
 def test_resources_does_not_import_torch():
