@@ -7,22 +7,19 @@ changes. The numbers: two tiny cells trained at once, as a pack runs them inside
 (one local Snakemake with as many cores as cells), end with exactly the numbers of the same cells
 trained one after another.
 """
-import json
 import math
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_slurm import SNAKEMAKE, assert_as_one_by_one, assert_ran_at_once, copy_workflow
 
 import arrepro.resources as R
 from arrepro.grid import Grid
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-TIMING = {"seconds", "train_seconds", "tokens_per_second"}  # fields that measure time, not learning
 
 
 @pytest.fixture(scope="module")
@@ -157,35 +154,13 @@ def test_cells_per_gpu_must_be_a_whole_number(bad):
 
 
 # ============================================================================ the numbers
-def copy_workflow(dst: Path) -> Path:
-    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "results", ".snakemake", ".pytest_cache", "__pycache__", "*.egg-info"))
-    return dst
-
-
-def untimed(obj):
-    return {k: v for k, v in obj.items() if k not in TIMING}
-
-
 def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path):
     grid = Grid(config, "tiny")
-    packs = R.packs(grid, 2)
-    marker, cells = next((m, c) for m, c in packs.items() if len(c) == 2)
-    together, apart = copy_workflow(tmp_path / "together"), copy_workflow(tmp_path / "apart")
+    marker, cells = next((m, c) for m, c in R.packs(grid, 2).items() if len(c) == 2)
+    together = copy_workflow(tmp_path / "together")
     # at once: the pack's component in one local Snakemake with two cores, as in a Slurm job's step
     run = subprocess.run(SNAKEMAKE + [marker, "--cores", "2", "--config", "scale=tiny", "cells_per_gpu=2"],
                          cwd=together, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    log = run.stderr + run.stdout
-    started = [m.start() for m in re.finditer(r"^(local)?rule train:", log, re.M)]
-    assert len(started) == 2, log
-    assert started[1] < log.index("Finished jobid", started[0]), "the two cells did not run at once:\n" + log
-    # one by one
-    run = subprocess.run(SNAKEMAKE + [f"{c.path}/result.json" for c in cells] + ["--cores", "1", "--config", "scale=tiny"],
-                         cwd=apart, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    for c in cells:
-        a, b = together / c.path, apart / c.path
-        assert untimed(json.loads((a / "result.json").read_text())) == untimed(json.loads((b / "result.json").read_text()))
-        rows = lambda d: [untimed(json.loads(x)) for x in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
-        assert rows(a) == rows(b) and len(rows(a)) >= 1
+    assert_ran_at_once(run.stderr + run.stdout, 2)
+    assert_as_one_by_one(together, cells, tmp_path / "apart")
