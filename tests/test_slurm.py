@@ -2,7 +2,9 @@
 
 Fast checks (always): the profile renders, selects the paper scale by default, agrees with the
 grouping of src/arrepro/resources.py; the wall-time estimates are calibrated to the paper; a dry
-run of the paper grid through the profile bundles small cells into fewer Slurm jobs.
+run of the paper grid through the profile bundles small cells into fewer Slurm jobs; against a
+fake `sbatch`, the profile's group job asks for one GPU per cell one after another (1 cell per
+GPU) or for one GPU, N cores and N cells' memory (N cells per GPU).
 
 End to end (marker `slurm`): tests/slurm/start_cluster.sh installs and starts a single-node
 Slurm with accounting (munge, MariaDB, slurmdbd, slurmctld, slurmd, two fake GPUs); the tiny
@@ -11,8 +13,10 @@ overridden (this machine has no conda; the scale comes from ARREPRO_SCALE, which
 reads) and ends with the numbers of a local `snakemake --cores 2` run; a deliberately failing
 job (tests/slurm/Snakefile, through the same profile) is reported failed after the profile's
 retries, each with more time; a cell that Slurm kills at its time limit (SIGTERM) resumes from
-its checkpoint in the retry; every daemon is stopped by PID. The three runs share the cluster and
-run at the same time (~6 minutes in all, mostly the plugin's status polling). Skipped, saying why, where the
+its checkpoint in the retry; with CELLS_PER_GPU = 2 two tiny cells run at once in one Slurm job
+with one (fake) GPU and end with the numbers of a one-by-one run; every daemon is stopped by
+PID. The four runs share the cluster and run at the same time (~7 minutes in all, mostly the
+plugin's status polling). Skipped, saying why, where the
 machine cannot install Debian packages (not root, no apt-get, or apt-get fails).
 """
 import contextlib

@@ -65,14 +65,23 @@ is the same). So that the Slurm job asks for one GPU and not N, a shared cell re
 ``gpu`` but the string resource ``gres="gpu:1"`` (not summed over a layer), and the profile sets
 ``train_slot`` to N: the submitting process then layers N cells side by side, requesting N CPUs,
 N cells' memory and per layer the longest cell's time. Only grouped (small) cells share; big
-cells keep a GPU each. A shared cell's time is estimated as if its device arithmetic were
-serialised with its N - 1 neighbours' and its fixed per-step cost overlapped (each process has
-its own CPU core), times ``SHARE_SLOWDOWN``::
+cells keep a GPU each. A pack's cells have one estimate, so the submitting process's sum over
+layers is exactly the packs' times when packs are full; a pack left short (the last of a
+setting, or cells already done) can make the request short by up to one pack's time, which the
+safety factor and the retry (twice the time, resuming from checkpoints) absorb.
 
-    shared = startup + max(overhead + arithmetic, N * arithmetic) * SHARE_SLOWDOWN
+A shared cell's time: its fixed per-step cost (launches, optimiser: the host) overlaps with its
+neighbours', each process having its own CPU core; its device arithmetic is serialised with
+theirs when the GPU time-slices processes (its default), or runs beside theirs up to the
+device's peak under NVIDIA MPS (which this workflow does not start); times ``SHARE_SLOWDOWN``::
 
-``SHARE_SLOWDOWN`` and this model are estimates, not measurements (no GPU here): measure them
-with ``make gpu-check``-sized cells when a GPU is lent.
+    shared = startup + max(overhead + arithmetic, busy) * SHARE_SLOWDOWN
+    busy   = N * arithmetic  (time slicing; what the requested time assumes)
+           = N * flops / peak_flops  (MPS)
+
+The narrow models' low throughput counts as arithmetic here, so time slicing wins back little;
+whether their kernels really keep the GPU busy, and ``SHARE_SLOWDOWN``, are guesses, not
+measurements (no GPU here): measure one pack, with and without MPS, when a GPU is lent.
 """
 from __future__ import annotations
 
