@@ -414,7 +414,8 @@ def shared(cluster, tmp_path_factory):
     cpu, gpu = profile_partitions()
     cmd = SNAKEMAKE + ["--profile", "slurm", marker, "--sdm", "env-modules", "--set-resources",
                        f"train:slurm_partition='{gpu}'", f"gpu_pack:slurm_partition='{gpu}'",
-                       "train:gres='gpu:1'", "gpu_pack:gres='gpu:1'", "--slurm-init-seconds-before-status-checks", "10"]
+                       "train:gres='gpu:1'", "gpu_pack:gres='gpu:1'", "--slurm-init-seconds-before-status-checks", "10",
+                       "--slurm-keep-successful-logs"]  # the job's log shows the two cells at once
     with background(cmd, wd, {**cluster.env, "ARREPRO_SCALE": "tiny"}) as proc:
         yield proc, wd, cells
 
