@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/gpushare.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
@@ -34,4 +35,5 @@ rule all:
         [f"results/{e}.tex" for e in TABLES],
         "results/tables/cells.csv",
         "results/paper.pdf",
+        PACKS.targets,  # cells per GPU > 1 only: the packs of small cells that share a GPU
     default_target: True

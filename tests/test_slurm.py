@@ -2,7 +2,9 @@
 
 Fast checks (always): the profile renders, selects the paper scale by default, agrees with the
 grouping of src/arrepro/resources.py; the wall-time estimates are calibrated to the paper; a dry
-run of the paper grid through the profile bundles small cells into fewer Slurm jobs.
+run of the paper grid through the profile bundles small cells into fewer Slurm jobs; against a
+fake `sbatch`, the profile's group job asks for one GPU per cell one after another (1 cell per
+GPU) or for one GPU, N cores and N cells' memory (N cells per GPU).
 
 End to end (marker `slurm`): tests/slurm/start_cluster.sh installs and starts a single-node
 Slurm with accounting (munge, MariaDB, slurmdbd, slurmctld, slurmd, two fake GPUs); the tiny
@@ -11,8 +13,10 @@ overridden (this machine has no conda; the scale comes from ARREPRO_SCALE, which
 reads) and ends with the numbers of a local `snakemake --cores 2` run; a deliberately failing
 job (tests/slurm/Snakefile, through the same profile) is reported failed after the profile's
 retries, each with more time; a cell that Slurm kills at its time limit (SIGTERM) resumes from
-its checkpoint in the retry; every daemon is stopped by PID. The three runs share the cluster and
-run at the same time (~6 minutes in all, mostly the plugin's status polling). Skipped, saying why, where the
+its checkpoint in the retry; with CELLS_PER_GPU = 2 two tiny cells run at once in one Slurm job
+with one (fake) GPU and end with the numbers of a one-by-one run; every daemon is stopped by
+PID. The four runs share the cluster and run at the same time (~7 minutes in all, mostly the
+plugin's status polling). Skipped, saying why, where the
 machine cannot install Debian packages (not root, no apt-get, or apt-get fails).
 """
 import contextlib
@@ -70,18 +74,27 @@ def test_the_profile_runs_the_paper_grid_unless_told_otherwise():
     p = render_profile(ARREPRO_SCALE=None)
     assert p["executor"] == "slurm"
     assert p["software-deployment-method"] == "conda"
-    assert p["config"] == ["scale=paper"]
-    assert render_profile(ARREPRO_SCALE="tiny")["config"] == ["scale=tiny"]
+    assert p["config"] == ["scale=paper", f"cells_per_gpu={profile_cells_per_gpu()}"]
+    assert render_profile(ARREPRO_SCALE="tiny")["config"][0] == "scale=tiny"
     cpu, gpu = profile_partitions()
     assert f"slurm_partition='{cpu}'" in p["default-resources"]
     assert f"train:slurm_partition='{gpu}'" in p["set-resources"]
     assert int(p["retries"]) >= 1 and p["rerun-incomplete"] in ("True", "true")
 
 
+def profile_cells_per_gpu(text: str | None = None) -> int:
+    return int(re.search(r"^  - CELLS_PER_GPU = (\d+)", text or PROFILE.read_text(), re.M)[1])
+
+
 def test_the_profile_bundles_what_resources_py_groups():
     p = render_profile()
     assert sorted(p["group-components"]) == sorted(f"{g}={n}" for g, n in R.group_components().items())
-    assert "train_slot=1" in p["resources"] and "train_slot=local" in p["set-resource-scopes"]
+    # the submitting Snakemake lays CELLS_PER_GPU cells side by side, the workflow packs as many
+    n = profile_cells_per_gpu()
+    assert f"train_slot={n}" in p["resources"] and "train_slot=local" in p["set-resource-scopes"]
+    assert f"cells_per_gpu={n}" in p["config"]
+    gpu = profile_partitions()[1]
+    assert f"gpu_pack:slurm_partition='{gpu}'" in p["set-resources"]  # a group's strings must agree
 
 
 def test_resources_does_not_import_torch():
@@ -155,6 +168,88 @@ def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
     assert int(re.search(r"^train\s+(\d+)$", p.stdout, re.M)[1]) == plan["cells"]
     assert groups + single.count("train") == plan["train_jobs"] < plan["cells"] / 2
     print(f"\n{exp}: {plan['cells']} cells -> {plan['train_jobs']} Slurm jobs for training ({groups} bundles)")
+
+
+FAKE_SBATCH = """#!/bin/sh
+printf '%s\\n' "$*" >> "$FAKE_SBATCH_LOG"
+echo 4242
+"""
+
+
+def with_cells_per_gpu(wd: Path, n: int) -> None:
+    """Set the knob in a copy of the profile, as a user would."""
+    profile = wd / "slurm" / "profile.yaml"
+    text = profile.read_text()
+    profile.write_text(re.sub(r"^  - CELLS_PER_GPU = \d+", f"  - CELLS_PER_GPU = {n}", text, count=1, flags=re.M))
+    assert profile_cells_per_gpu(profile.read_text()) == n
+
+
+def first_sbatch(wd: Path, targets: list[str], tmp: Path, env: dict) -> str:
+    """The first sbatch call the profile makes for these targets, against a fake sbatch that
+    records it (and fake status tools); the submitting Snakemake is then killed."""
+    fake = tmp / "fakebin"
+    fake.mkdir(exist_ok=True)
+    (fake / "sbatch").write_text(FAKE_SBATCH)
+    for tool in ("sacct", "sacctmgr", "squeue", "sinfo", "scontrol", "sshare"):
+        (fake / tool).write_text("#!/bin/sh\nexit 0\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    record = tmp / f"sbatch-{len(list(tmp.glob('sbatch-*')))}.log"
+    env = {**env, "PATH": f"{fake}:{env['PATH']}", "FAKE_SBATCH_LOG": str(record)}
+    proc = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", *targets, "--sdm", "env-modules", "--nolock"], cwd=wd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (record.exists() and record.read_text().strip()) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no sbatch call in 300 s"
+            time.sleep(1)
+    finally:
+        proc.kill()
+        out, _ = proc.communicate()
+    assert record.exists(), out[-4000:]
+    return record.read_text().splitlines()[0]
+
+
+def sbatch_options(call: str) -> dict:
+    head = call.split(" --wrap=")[0]
+    opts = dict(re.findall(r"(--[\w-]+|-[tp])[= ]([^ -][^ ]*)", head))
+    return {k: v for k, v in opts.items()}
+
+
+def test_a_group_job_of_n_cells_per_gpu_asks_for_one_gpu(tmp_path, config):
+    """What the profile submits for the two tiny cells (made CUDA cells here; nothing runs), with
+    1 and 2 cells per GPU: one cell per GPU, one after another (--gpus=1, one core, the sum of
+    their times); two per GPU, at once (--gres=gpu:1, two cores, both cells' memory, the longer
+    time plus the pack marker's minute). Inside, the plugin runs Snakemake with --jobs 1: one
+    component at a time, which is why the cells of a pack must be one component."""
+    import yaml
+
+    wd = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())
+    cfg["scales"]["tiny"]["device"] = "cuda"
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    grid = Grid(cfg, "tiny")
+    marker, cells = next(iter(R.packs(grid, 2).items()))
+    assert len(cells) == 2
+    spec = R._spec(grid, cells[0])
+    subprocess.run(SNAKEMAKE + [f"results/data/{cells[0].task}/train.npz", "--cores", "1", "--config", "scale=tiny"],
+                   cwd=wd, check=True, capture_output=True, timeout=300)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "ARREPRO_SCALE": "tiny"}
+    _, gpu = profile_partitions()
+
+    with_cells_per_gpu(wd, 1)
+    call = first_sbatch(wd, [f"{c.path}/result.json" for c in cells], tmp_path, env)
+    o = sbatch_options(call)
+    assert (o["-p"], o["--gpus"], o["--cpus-per-task"], "--gres" in o) == (gpu, "1", "1", False), call
+    assert (int(o["-t"]), int(o["--mem"])) == (2 * R.runtime_min(spec), R.mem_mb(spec)), call
+    assert call.count("'train:") == 2 and "gpu_pack" not in call and " --jobs 1 " in call
+
+    with_cells_per_gpu(wd, 2)
+    call = first_sbatch(wd, [marker], tmp_path, env)
+    o = sbatch_options(call)
+    assert (o["-p"], o["--gres"], o["--cpus-per-task"], "--gpus" in o) == (gpu, "gpu:1", "2", False), call
+    assert (int(o["-t"]), int(o["--mem"])) == (R.runtime_min(spec, 1, 2) + 1, 2 * R.mem_mb(spec)), call
+    assert call.count("'train:") == 2 and "'gpu_pack:" in call and " --jobs 1 " in call
 
 
 # ============================================================================ a real cluster
@@ -301,6 +396,30 @@ def timed_out(cluster, tmp_path_factory):
         yield proc, wd / cell
 
 
+@pytest.fixture(scope="module")
+def shared(cluster, tmp_path_factory):
+    """The two tiny cells as one pack through the profile with CELLS_PER_GPU = 2: one Slurm job
+    that asks for one (fake) GPU and runs both cells at once. The tiny cells are CPU cells, so
+    their GPU request is given on the command line (with the partitions, which a command-line
+    --set-resources replaces); what the rule itself asks for is test_a_group_job_of_n_cells_per_gpu_...
+    Started early, so that it runs alongside the other runs."""
+    import yaml
+
+    wd = copy_workflow(tmp_path_factory.mktemp("shared") / "wf")
+    with_cells_per_gpu(wd, 2)
+    grid = Grid(yaml.safe_load((wd / "config.yaml").read_text()), "tiny")
+    marker, cells = next(iter(R.packs(grid, 2).items()))
+    subprocess.run(SNAKEMAKE + [f"results/data/{cells[0].task}/train.npz", "--cores", "1", "--config", "scale=tiny"],
+                   cwd=wd, check=True, capture_output=True, timeout=300)
+    cpu, gpu = profile_partitions()
+    cmd = SNAKEMAKE + ["--profile", "slurm", marker, "--sdm", "env-modules", "--set-resources",
+                       f"train:slurm_partition='{gpu}'", f"gpu_pack:slurm_partition='{gpu}'",
+                       "train:gres='gpu:1'", "gpu_pack:gres='gpu:1'", "--slurm-init-seconds-before-status-checks", "10",
+                       "--slurm-keep-successful-logs"]  # the job's log shows the two cells at once
+    with background(cmd, wd, {**cluster.env, "ARREPRO_SCALE": "tiny"}) as proc:
+        yield proc, wd, cells
+
+
 def untimed(obj):
     if isinstance(obj, list):
         return [untimed(x) for x in obj]
@@ -313,7 +432,8 @@ def read_table(path: Path) -> list[dict]:
 
 
 @pytest.mark.slurm
-def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, timed_out, tmp_path, config):
+def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, timed_out, shared, tmp_path,
+                                                                    config):
     via_slurm, local = copy_workflow(tmp_path / "slurm"), copy_workflow(tmp_path / "local")
     t0 = time.monotonic()
     run = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "all", "--sdm", "env-modules"], cwd=via_slurm,
@@ -403,3 +523,44 @@ def test_a_cell_killed_at_its_time_limit_resumes_in_the_retry(cluster, timed_out
     assert [r["step"] for r in rows] == [per_epoch * e for e in range(1, epochs + 1)]
     result = json.loads((cell / "result.json").read_text())
     assert result["epochs_run"] == epochs and result["steps"] == rows[-1]["step"]
+
+
+@pytest.mark.slurm
+def test_two_cells_share_one_gpu_in_one_slurm_job(cluster, shared, tmp_path):
+    """CELLS_PER_GPU = 2: one Slurm job with one GPU and two cores; one step (that has the GPU)
+    runs both cells at once; their numbers are those of the cells trained one by one."""
+    proc, wd, cells = shared
+    log, _ = proc.communicate(timeout=1200)
+    assert proc.returncode == 0, log[-6000:]
+    jobs = sacct(cluster, submitted(log))
+    assert len(jobs) == 1 and jobs[0]["State"] == "COMPLETED", jobs
+    tres = jobs[0]["AllocTRES"]
+    assert "gres/gpu=1" in tres and re.search(r"\bcpu=2\b", tres), tres
+    steps = subprocess.run(["sacct", "-n", "-P", "-j", jobs[0]["JobID"], "-o", "JobID,AllocTRES"], env=cluster.env,
+                           capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
+    numbered = [line for line in steps if re.match(r"\d+\.\d+\|", line)]
+    assert len(numbered) == 1 and "gres/gpu=1" in numbered[0], steps  # one srun step, with the GPU
+    job_log = next(wd.glob(f".snakemake/slurm_logs/**/{jobs[0]['JobID']}.log")).read_text()
+    assert_ran_at_once(job_log, 2)
+    assert_as_one_by_one(wd, cells, tmp_path / "apart")
+
+
+def assert_ran_at_once(log: str, n: int) -> None:
+    """A Snakemake log in which n training jobs all started before the first of them finished."""
+    started = [m.start() for m in re.finditer(r"^(local)?rule train:", log, re.M)]
+    assert len(started) == n, log[-6000:]
+    assert started[-1] < log.index("Finished jobid", started[0]), "the cells did not run at once:\n" + log[-6000:]
+
+
+def assert_as_one_by_one(done: Path, cells, scratch: Path) -> None:
+    """The cells' result.json and metrics under the workflow copy `done` are those of the same
+    cells trained one after another in a fresh copy (timings aside)."""
+    apart = copy_workflow(scratch)
+    run = subprocess.run(SNAKEMAKE + [f"{c.path}/result.json" for c in cells] + ["--cores", "1", "--config", "scale=tiny"],
+                         cwd=apart, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for c in cells:
+        a, b = done / c.path, apart / c.path
+        assert untimed(json.loads((a / "result.json").read_text())) == untimed(json.loads((b / "result.json").read_text()))
+        rows = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+        assert rows(a) and untimed(rows(a)) == untimed(rows(b))

@@ -36,24 +36,71 @@ Memory (host RAM, MB): the task's int64 arrays twice (numpy load + torch copy) p
 base (6 GB with CUDA, 1.5 GB on CPU); on CPU also parameters with AdamW state and activations.
 
 Groups: a cell requesting at most ``GROUP_TIERS[-1].max_minutes`` minutes joins the job group
-of its tier; Snakemake bundles that many cells of a tier into one Slurm job (the profile's
-``group-components``), run one after another (the profile's ``resources: train_slot=1``,
-scope local), so one Slurm job holds about ``GROUP_TARGET_MIN`` minutes of work instead of
-two dozen ten-minute jobs each paying the scheduler's queueing and start-up cost. If a job of
-a group fails, Snakemake deletes the outputs of every cell of that Slurm job, finished ones
-included; their checkpoints stay, and the retry rebuilds those cells' files from them without
-training (tests/test_resume.py).
+of its tier; Snakemake bundles that many components of a tier into one Slurm job (the
+profile's ``group-components``), so one Slurm job holds about ``GROUP_TARGET_MIN`` minutes of
+work instead of two dozen ten-minute jobs each paying the scheduler's queueing and start-up
+cost. If a job of a group fails, Snakemake deletes the outputs of every cell of that Slurm job,
+finished ones included; their checkpoints stay, and the retry rebuilds those cells' files from
+them without training (tests/test_resume.py).
+
+How Snakemake 9 runs a group job on Slurm (snakemake 9.27, executor plugin slurm 2.8.0,
+jobstep 0.6.1; read in their source): the submitting process computes the group's resources
+layer by layer (``GroupResources.basic_layered``): jobs of one DAG level are packed into layers
+that fit the constraints of its ``--resources`` (here ``train_slot``); within a layer resources
+add up, ``runtime`` takes the maximum; over layers ``runtime`` adds up and the rest takes the
+maximum; a string resource must be the same for every job of the group and is taken as is. The
+Slurm job then runs ``snakemake --executor slurm-jobstep --jobs 1`` without the profile's
+``--resources`` or ``--group-components``: each connected component of the group becomes an
+``srun`` step of its own, one after another (the plugin's open issue "Group jobs run
+sequentially on Slurm"), and inside a step a local Snakemake (``--cores all``: the CPUs the
+step may use) runs the component's jobs, in parallel where they are independent.
+
+Cells per GPU (``cells_per_gpu`` = N, the profile's ``CELLS_PER_GPU``; 1 = the above, unchanged).
+Because of ``--jobs 1`` a group's cells can only share a GPU if they form one component: N cells
+of one setting (same task, model, width, layers and recipe, hence the same estimate; ordered by
+lr and seed) make a *pack*, whose marker (rule ``gpu_pack``, in the cells' group) takes the N
+results as input. A pack is one ``srun`` step that runs its N cells at once, each its own
+process, all seeing the job's one GPU (the step gets every GRES of the job; CUDA_VISIBLE_DEVICES
+is the same). So that the Slurm job asks for one GPU and not N, a shared cell requests no
+``gpu`` but the string resource ``gres="gpu:1"`` (not summed over a layer), and the profile sets
+``train_slot`` to N: the submitting process then layers N cells side by side, requesting N CPUs,
+N cells' memory and per layer the longest cell's time. Only grouped (small) cells share; big
+cells keep a GPU each. A pack's cells have one estimate, so the submitting process's sum over
+layers is exactly the packs' times when packs are full; a pack left short (the last of a
+setting, or cells already done) can make the request short by up to one pack's time, which the
+safety factor and the retry (twice the time, resuming from checkpoints) absorb.
+
+A shared cell's time: its fixed per-step cost (launches, optimiser: the host) overlaps with its
+neighbours', each process having its own CPU core; its device arithmetic is serialised with
+theirs when the GPU time-slices processes (its default), or runs beside theirs up to the
+device's peak under NVIDIA MPS (which this workflow does not start); times ``SHARE_SLOWDOWN``::
+
+    shared = startup + max(overhead + arithmetic, busy) * SHARE_SLOWDOWN
+    busy   = N * arithmetic  (time slicing; what the requested time assumes)
+           = N * flops / peak_flops  (MPS)
+
+The narrow models' low throughput counts as arithmetic here, so time slicing wins back little;
+whether their kernels really keep the GPU busy, and ``SHARE_SLOWDOWN``, are guesses, not
+measurements (no GPU here): measure one pack, with and without MPS, when a GPU is lent.
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
 from dataclasses import dataclass
 
-from .grid import task_seq_len
+from .grid import CELL_PATTERN, task_seq_len
 
 # ------------------------------------------------------------------------------ constants
 MAX_RUNTIME_MIN = 24 * 60  # a retry never asks for more than this; raise it if your partition allows
 GROUP_TARGET_MIN = 240  # about this much requested time per grouped Slurm job
+# a shared cell's slowdown beyond the arithmetic its neighbours take (GPU context switches, memory
+# bandwidth): an estimate, not a measurement
+SHARE_SLOWDOWN = 1.25
+# a pack's marker (and its log), in the folder its cells share: npack cells per GPU, the kpack-th
+PACK_PATTERN = CELL_PATTERN.rsplit("/", 1)[0] + "/gpu-pack{npack}-{kpack}.done"
+PACK_LOG = PACK_PATTERN.removesuffix(".done") + ".log"
 
 
 @dataclass(frozen=True)
@@ -128,8 +175,11 @@ def flops_per_token(spec: dict) -> float:
     return (weights + mixing) * MIXER_FACTOR.get(mixer, UNKNOWN_MIXER_FACTOR) + logits
 
 
-def estimate_seconds(spec: dict) -> float:
-    """Expected wall time of a full, uninterrupted run of the cell (no safety factor)."""
+def estimate_seconds(spec: dict, share: int = 1, mps: bool = False) -> float:
+    """Expected wall time of a full, uninterrupted run of the cell (no safety factor), alone on
+    its device or with ``share - 1`` other cells of the same size at once (the module's
+    docstring): their kernels take turns (time slicing, ``mps=False``), or run side by side up
+    to the device's peak (NVIDIA MPS, ``mps=True``)."""
     dev = _device(spec)
     T, n_train, n_test, _, _ = _task_shape(spec)
     epochs = int(spec["recipe_def"]["epochs"])
@@ -137,17 +187,21 @@ def estimate_seconds(spec: dict) -> float:
     d, n = int(spec["width"]), int(spec["layers"])
     steps = math.ceil(n_train / bs) * epochs
     throughput = max(dev.min_flops, dev.peak_flops * min(1.0, d / dev.full_width))
-    train = n_train * T * epochs * flops_per_token(spec) / throughput
-    evaluate = n_test * T * epochs * flops_per_token(spec) / 3 / throughput
+    flops = (n_train + n_test / 3) * T * epochs * flops_per_token(spec)  # eval: a forward pass
     overhead = steps * (dev.step_fixed_s + dev.step_per_layer_s * n)
-    return dev.startup_s + overhead + train + evaluate
+    compute = overhead + flops / throughput
+    if share > 1:
+        busy = share * flops / (dev.peak_flops if mps else throughput)  # the device, for all of them
+        compute = max(compute, busy) * SHARE_SLOWDOWN
+    return dev.startup_s + compute
 
 
-def runtime_min(spec: dict, attempt: int = 1) -> int:
+def runtime_min(spec: dict, attempt: int = 1, cells_per_gpu: int = 1) -> int:
     """Minutes to request (Slurm ``--time``): the estimate with a safety margin, doubled on
-    each retry, never above MAX_RUNTIME_MIN."""
+    each retry, never above MAX_RUNTIME_MIN; a shared cell's estimate when it shares."""
     dev = _device(spec)
-    base = max(dev.floor_min, 5 * math.ceil(estimate_seconds(spec) * dev.safety / 60 / 5))
+    est = estimate_seconds(spec, sharing(spec, cells_per_gpu))
+    base = max(dev.floor_min, 5 * math.ceil(est * dev.safety / 60 / 5))
     return int(min(MAX_RUNTIME_MIN, base * 2 ** (max(1, int(attempt)) - 1)))
 
 
@@ -164,8 +218,15 @@ def mem_mb(spec: dict) -> int:
     return int(1024 * math.ceil(total / 1024))
 
 
-def gpus(spec: dict) -> int:
-    return 1 if spec.get("device") == "cuda" else 0
+def gpus(spec: dict, cells_per_gpu: int = 1) -> int:
+    """The ``gpu`` resource: 1 for a CUDA cell alone on its GPU; 0 for a shared one (``gres``)."""
+    return 1 if spec.get("device") == "cuda" and sharing(spec, cells_per_gpu) == 1 else 0
+
+
+def gres(spec: dict, cells_per_gpu: int = 1) -> str:
+    """The ``gres`` resource of a shared CUDA cell, "gpu:1": a string, so a group job takes it
+    as is instead of adding it up over the cells that run side by side ("" otherwise)."""
+    return "gpu:1" if spec.get("device") == "cuda" and sharing(spec, cells_per_gpu) > 1 else ""
 
 
 def group(spec: dict) -> str | None:
@@ -177,22 +238,115 @@ def group(spec: dict) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------------------ the plan
-def plan(grid, cells=None) -> dict:
-    """Cells, Slurm jobs of the train rule, and requested hours for an ``arrepro.grid.Grid``
-    (all its cells, or the given ones)."""
+# ------------------------------------------------------------------------------ cells per GPU
+def cells_per_gpu_of(config: dict) -> int:
+    """The config's ``cells_per_gpu`` (set by the Slurm profile; 1 when absent), checked."""
+    n = config.get("cells_per_gpu", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"config key cells_per_gpu: {n!r} is not a whole number >= 1")
+    return n
+
+
+def sharing(spec: dict, cells_per_gpu: int = 1) -> int:
+    """How many cells run at once on this cell's device: ``cells_per_gpu`` for a grouped (small)
+    cell, 1 for a big one."""
+    return cells_per_gpu if cells_per_gpu > 1 and group(spec) is not None else 1
+
+
+def packs(grid, cells_per_gpu: int, cells=None) -> dict[str, list]:
+    """Marker path -> the cells of that pack: the grouped cells of each setting (a folder of
+    cells differing only in lr and seed), ordered by (lr, seed), in chunks of ``cells_per_gpu``.
+    Empty when ``cells_per_gpu`` is 1."""
+    if cells_per_gpu <= 1:
+        return {}
     cells = grid.all_cells() if cells is None else list(cells)
-    per_group: dict[str | None, int] = {}
-    minutes = 0
+    by_setting: dict[str, list] = {}
     for c in cells:
-        spec = grid.cell_spec(c.task, c.model, c.width, c.layers, c.recipe, c.lr, c.seed)
+        by_setting.setdefault(c.path.rsplit("/", 1)[0], []).append(c)
+    out = {}
+    for setting, members in by_setting.items():
+        if sharing(_spec(grid, members[0]), cells_per_gpu) == 1:
+            continue
+        members = sorted(members, key=lambda c: (float(c.lr), c.seed))
+        for k in range(0, len(members), cells_per_gpu):
+            marker = PACK_PATTERN.format(**vars(members[0]), npack=cells_per_gpu, kpack=k // cells_per_gpu)
+            out[marker] = members[k:k + cells_per_gpu]
+    return out
+
+
+class Packs:
+    """The packs of a grid, computed on first use (only workflows with cells_per_gpu > 1 do)."""
+
+    def __init__(self, grid, cells_per_gpu: int):
+        self.grid, self.cells_per_gpu = grid, cells_per_gpu
+
+    @functools.cached_property
+    def by_marker(self) -> dict[str, list]:
+        return packs(self.grid, self.cells_per_gpu)
+
+    def cells(self, marker: str) -> list:
+        if marker not in self.by_marker:
+            raise ValueError(f"{marker}: not a pack of cells_per_gpu={self.cells_per_gpu} "
+                             f"at scale {self.grid.scale_name}")
+        return self.by_marker[marker]
+
+    def spec(self, marker: str) -> dict:
+        """The cell spec of the pack's first cell (all of them have the same size)."""
+        return _spec(self.grid, self.cells(marker)[0])
+
+    def targets(self, wildcards=None) -> list[str]:
+        """The markers ``all`` asks for: every pack with a cell still to train, and those already
+        made (a finished pack whose marker is missing is left alone rather than spending a
+        Slurm job on a marker)."""
+        return [m for m, cells in self.by_marker.items()
+                if os.path.exists(m) or not all(os.path.exists(f"{c.path}/result.json") for c in cells)]
+
+
+def _spec(grid, c) -> dict:
+    return grid.cell_spec(c.task, c.model, c.width, c.layers, c.recipe, c.lr, c.seed)
+
+
+# ------------------------------------------------------------------------------ the plan
+def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
+    """Cells, Slurm jobs of the train rule, and hours for an ``arrepro.grid.Grid`` (all its
+    cells, or the given ones), with ``cells_per_gpu`` cells sharing a GPU in grouped jobs.
+
+    ``requested_hours``: the wall time Slurm is asked for, summed over cells as they run (a pack
+    of shared cells counts once, at its longest cell); ``gpu_hours``: the same for CUDA cells;
+    ``estimated_gpu_hours``: the estimates without safety factor, a shared cell counting for
+    1/N of its GPU's time (``_mps``: if the shared cells' kernels run side by side, under MPS)."""
+    cells = grid.all_cells() if cells is None else list(cells)
+    pack_list = list(packs(grid, cells_per_gpu, cells).values())
+    in_pack = {c: members for members in pack_list for c in members}
+    per_group: dict[str | None, int] = {}
+    minutes = gpu_minutes = estimated = estimated_mps = grouped = grouped_mps = 0.0
+    for c in cells:
+        spec = _spec(grid, c)
+        n = sharing(spec, cells_per_gpu)
+        members = in_pack.get(c, [c])
         g = group(spec)
         per_group[g] = per_group.get(g, 0) + 1
-        minutes += runtime_min(spec)
+        # a pack's time is its longest cell's, counted once: each member adds its 1/len share
+        m = max(runtime_min(_spec(grid, x), 1, cells_per_gpu) for x in members) / len(members)
+        minutes += m
+        if spec.get("device") == "cuda":
+            gpu_minutes += m
+            estimated += estimate_seconds(spec, n) / 60 / n
+            estimated_mps += estimate_seconds(spec, n, mps=True) / 60 / n
+            if g is not None:
+                grouped += estimate_seconds(spec, n) / 60 / n
+                grouped_mps += estimate_seconds(spec, n, mps=True) / 60 / n
     bundles = group_components()
-    jobs = per_group.get(None, 0) + sum(math.ceil(n / bundles[g]) for g, n in per_group.items() if g)
-    return {"cells": len(cells), "train_jobs": jobs, "cells_by_group": per_group,
-            "requested_hours": minutes / 60}
+    packs_per_group: dict[str, int] = {}
+    for members in pack_list:
+        g = group(_spec(grid, members[0]))
+        packs_per_group[g] = packs_per_group.get(g, 0) + 1
+    components = {g: packs_per_group.get(g, n) if cells_per_gpu > 1 else n for g, n in per_group.items() if g}
+    jobs = per_group.get(None, 0) + sum(math.ceil(n / bundles[g]) for g, n in components.items())
+    return {"cells": len(cells), "train_jobs": jobs, "cells_by_group": per_group, "cells_per_gpu": cells_per_gpu,
+            "requested_hours": minutes / 60, "gpu_hours": gpu_minutes / 60, "estimated_gpu_hours": estimated / 60,
+            "estimated_gpu_hours_mps": estimated_mps / 60, "grouped_gpu_hours": grouped / 60,
+            "grouped_gpu_hours_mps": grouped_mps / 60}
 
 
 def _main(argv=None) -> None:  # pragma: no cover - a report for people
@@ -207,6 +361,8 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
     ap.add_argument("scale", nargs="?", default="paper")
     ap.add_argument("--config", default=str(Path(__file__).resolve().parents[2] / "config.yaml"))
     ap.add_argument("--cells", action="store_true", help="one line per distinct cell shape")
+    ap.add_argument("--cells-per-gpu", type=int, default=4, metavar="N",
+                    help="also plan N grouped cells sharing a GPU (the profile's CELLS_PER_GPU; default 4)")
     a = ap.parse_args(argv)
     grid = Grid(yaml.safe_load(Path(a.config).read_text()), a.scale)
     if a.cells:
@@ -220,9 +376,17 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
             seen.add(key)
             print(f"{c.task:>28} {c.model:>16} {c.width:>5} {c.layers:>2} {estimate_seconds(spec) / 60:8.1f} "
                   f"{runtime_min(spec):8d} {mem_mb(spec):7d} {group(spec) or '-'}")
-    p = plan(grid)
-    print(f"scale {a.scale}: {p['cells']} cells -> {p['train_jobs']} Slurm jobs for training "
-          f"({p['cells_by_group']}); {p['requested_hours']:.0f} hours requested")
+    for n in dict.fromkeys((1, a.cells_per_gpu)):
+        p = plan(grid, cells_per_gpu=n)
+        mps = f", {p['estimated_gpu_hours_mps']:.0f} if their kernels overlap (MPS)" if n > 1 else ""
+        mps_small = f", {p['grouped_gpu_hours_mps']:.0f} with MPS" if n > 1 else ""
+        print(f"scale {a.scale}, {n} cell(s) per GPU: {p['cells']} cells -> {p['train_jobs']} Slurm jobs for training "
+              f"({p['cells_by_group']}); {p['requested_hours']:.0f} hours requested ({p['gpu_hours']:.0f} GPU-hours); "
+              f"estimated use {p['estimated_gpu_hours']:.0f} GPU-hours{mps}; of these, the grouped (small) cells "
+              f"{p['grouped_gpu_hours']:.0f}{mps_small}")
+    print("All estimates, none measured (no GPU here): the wall-time model of src/arrepro/resources.py (GPU constants "
+          "for one A100/H100-class GPU, calibrated to the paper's '10 minutes to 18 hours' per run; requests add its "
+          f"safety factor); with N > 1 also its sharing model (time slicing, or MPS; SHARE_SLOWDOWN = {SHARE_SLOWDOWN}).")
 
 
 if __name__ == "__main__":  # pragma: no cover

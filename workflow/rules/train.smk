@@ -28,10 +28,11 @@ rule train:
     group:
         lambda wc: cluster.group(GRID.cell_spec(**wc))
     resources:
-        gpu=lambda wc: cluster.gpus(GRID.cell_spec(**wc)),
+        gpu=lambda wc: cluster.gpus(GRID.cell_spec(**wc), CELLS_PER_GPU),
         mem_mb=lambda wc: cluster.mem_mb(GRID.cell_spec(**wc)),
-        runtime=lambda wc, attempt: cluster.runtime_min(GRID.cell_spec(**wc), attempt),
+        runtime=lambda wc, attempt: cluster.runtime_min(GRID.cell_spec(**wc), attempt, CELLS_PER_GPU),
         train_slot=1,
+        **SHARED_GPU,  # cells per GPU > 1: gres="gpu:1" instead of gpu=1 (workflow/rules/gpushare.smk)
     conda:
         "../../envs/train.yaml"
     shell:
