@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 CORES  ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test setup bench clean
+.PHONY: demo test setup bench clean kernels-cpu
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -25,6 +25,24 @@ test: setup
 bench: setup
 	$(PY) scripts/bench_train_step.py
 	$(PY) scripts/bench_data.py
+
+# The kernel packages' own code on CPU (tests/test_kernels_interpret.py): fla's and mamba-ssm's
+# Triton kernels under Triton's interpreter, mamba-ssm's and causal-conv1d's references, against
+# the portable paths. A separate venv: the packages install without compiling CUDA code
+# (*_SKIP_CUDA_BUILD), pinned in envs/kernels-cpu.txt, every dependency listed (--no-deps).
+KVENV := .venv-kernels
+KPY   := $(KVENV)/bin/python
+NOCUDA := MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
+
+$(KVENV)/.installed: envs/kernels-cpu.txt
+	python3 -m venv $(KVENV)
+	$(KPY) -m pip install -q torch==2.13.0
+	$(KPY) -m pip install -q --no-deps -c envs/kernels-cpu.txt setuptools wheel packaging
+	$(NOCUDA) $(KPY) -m pip install -q --no-deps --no-build-isolation -r envs/kernels-cpu.txt
+	touch $@
+
+kernels-cpu: $(KVENV)/.installed
+	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
 
 clean:
 	rm -rf results .snakemake
