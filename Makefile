@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 CORES  ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test setup bench clean kernels-cpu
+.PHONY: demo test setup bench clean kernels-cpu gpu-check
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -43,6 +43,24 @@ $(KVENV)/.installed: envs/kernels-cpu.txt
 
 kernels-cpu: $(KVENV)/.installed
 	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
+
+# The first command on a GPU node: sets up the train env (.venv-gpu, envs/gpu-env.sh), runs the
+# kernel-vs-portable tests on the GPU (a mismatch stops here), then trains one short cell of every
+# model family and prints family, path used, tokens/s, MFU, peak memory (arrepro.gpucheck).
+# GPU_CHECK_ARGS passes options, e.g. GPU_CHECK_ARGS="--precision fp32 --require-kernels".
+GVENV := .venv-gpu
+GPU_CHECK_ARGS ?=
+
+$(GVENV)/.installed: envs/train.yaml envs/train.post-deploy.sh envs/gpu-env.sh
+	bash envs/gpu-env.sh $(GVENV)
+	touch $@
+
+gpu-check:
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "make gpu-check: no NVIDIA GPU on this machine (nvidia-smi -L fails); run it on a GPU node, e.g. srun --gres=gpu:1 --pty make gpu-check" >&2; exit 1; }
+	$(MAKE) $(GVENV)/.installed
+	$(GVENV)/bin/python -m pytest -q -rs -p no:cacheprovider tests/test_mixers.py -k kernel_matches_portable \
+		|| { echo "make gpu-check: a kernel path disagrees with its portable path (above)" >&2; exit 1; }
+	PYTHONPATH=src $(GVENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf results .snakemake
