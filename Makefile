@@ -1,9 +1,12 @@
 # The two commands of the README:
 #   make demo   set up .venv and run the CPU demo: every figure and table under results/
-#   make test   set up .venv and run the tests
+#   make test   set up .venv (and .venv-kernels) and run the tests (the kernel packages' own code
+#               under Triton's interpreter first: `make kernels-cpu`)
 # Both work on a fresh machine with Python 3.11 (torch's CPU build comes from the local wheel).
 VENV   := .venv
 PY     := $(VENV)/bin/python
+KVENV  := .venv-kernels
+KPY    := $(KVENV)/bin/python
 CORES  ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
@@ -19,7 +22,8 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
 
-test: setup
+test: setup $(KVENV)/.installed
+	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
 	$(PY) -m pytest -q --durations=12
 
 bench: setup
@@ -30,8 +34,6 @@ bench: setup
 # Triton kernels under Triton's interpreter, mamba-ssm's and causal-conv1d's references, against
 # the portable paths. A separate venv: the packages install without compiling CUDA code
 # (*_SKIP_CUDA_BUILD), pinned in envs/kernels-cpu.txt, every dependency listed (--no-deps).
-KVENV := .venv-kernels
-KPY   := $(KVENV)/bin/python
 NOCUDA := MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
 
 $(KVENV)/.installed: envs/kernels-cpu.txt
