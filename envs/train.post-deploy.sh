@@ -47,6 +47,13 @@ done
 exec "$real/bin/nvcc" "\${args[@]}"
 NVCC
     chmod +x "$home/bin/nvcc"
+    if ! [ -e "$real/lib64/libcudart.so" ] && ! [ -e "$real/lib/libcudart.so" ]; then
+        # a pip-style toolkit ships only libcudart.so.N, and torch's CUDAExtension links -lcudart:
+        # without this the link fails ("cannot find -lcudart", seen with pip's CUDA 13 toolkit)
+        rm -f "$home/lib64" && mkdir "$home/lib64"
+        for f in "$real"/lib*/*; do ln -sf "$f" "$home/lib64/"; done
+        ln -sf "$(ls "$real"/lib*/libcudart.so.* | head -n 1)" "$home/lib64/libcudart.so"
+    fi
     echo "$home"
 }
 
