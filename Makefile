@@ -1,13 +1,16 @@
 # The two commands of the README:
 #   make demo   set up .venv and run the CPU demo: every figure and table under results/
-#   make test   set up .venv and run the tests
+#   make test   set up .venv (and .venv-kernels) and run the tests (the kernel packages' own code
+#               under Triton's interpreter first: `make kernels-cpu`)
 # Both work on a fresh machine with Python 3.11 (torch's CPU build comes from the local wheel).
 VENV   := .venv
 PY     := $(VENV)/bin/python
+KVENV  := .venv-kernels
+KPY    := $(KVENV)/bin/python
 CORES  ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test setup bench clean
+.PHONY: demo test setup bench clean kernels-cpu gpu-check
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -19,12 +22,47 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
 
-test: setup
+test: setup $(KVENV)/.installed
+	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
 	$(PY) -m pytest -q --durations=12
 
 bench: setup
 	$(PY) scripts/bench_train_step.py
 	$(PY) scripts/bench_data.py
+
+# The kernel packages' own code on CPU (tests/test_kernels_interpret.py): fla's and mamba-ssm's
+# Triton kernels under Triton's interpreter, mamba-ssm's and causal-conv1d's references, against
+# the portable paths. A separate venv: the packages install without compiling CUDA code
+# (*_SKIP_CUDA_BUILD), pinned in envs/kernels-cpu.txt, every dependency listed (--no-deps).
+NOCUDA := MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
+
+$(KVENV)/.installed: envs/kernels-cpu.txt
+	python3 -m venv $(KVENV)
+	$(KPY) -m pip install -q torch==2.13.0
+	$(KPY) -m pip install -q --no-deps -c envs/kernels-cpu.txt setuptools wheel packaging
+	$(NOCUDA) $(KPY) -m pip install -q --no-deps --no-build-isolation -r envs/kernels-cpu.txt
+	touch $@
+
+kernels-cpu: $(KVENV)/.installed
+	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
+
+# The first command on a GPU node: sets up the train env (.venv-gpu, envs/gpu-env.sh), runs the
+# kernel-vs-portable tests on the GPU (a mismatch stops here), then trains one short cell of every
+# model family and prints family, path used, tokens/s, MFU, peak memory (arrepro.gpucheck).
+# GPU_CHECK_ARGS passes options, e.g. GPU_CHECK_ARGS="--precision fp32 --require-kernels".
+GVENV := .venv-gpu
+GPU_CHECK_ARGS ?=
+
+$(GVENV)/.installed: envs/train.yaml envs/train.post-deploy.sh envs/gpu-env.sh
+	bash envs/gpu-env.sh $(GVENV)
+	touch $@
+
+gpu-check:
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "make gpu-check: no NVIDIA GPU on this machine (nvidia-smi -L fails); run it on a GPU node, e.g. srun --gres=gpu:1 --pty make gpu-check" >&2; exit 1; }
+	$(MAKE) $(GVENV)/.installed
+	$(GVENV)/bin/python -m pytest -q -rs -p no:cacheprovider tests/test_mixers.py -k kernel_matches_portable \
+		|| { echo "make gpu-check: a kernel path disagrees with its portable path (above)" >&2; exit 1; }
+	PYTHONPATH=src $(GVENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf results .snakemake

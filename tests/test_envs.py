@@ -1,6 +1,8 @@
-"""The conda envs of the rules (envs/*.yaml, plus the train env's post-deploy script) pin every
-package to an exact version, and a package pinned in two places has one version everywhere,
-pyproject.toml included."""
+"""The conda envs of the rules (envs/*.yaml, plus the train env's post-deploy script) and the CPU
+kernel-test venv (envs/kernels-cpu.txt) pin every package to an exact version, and a package
+pinned in two places has one version everywhere, pyproject.toml included, except torch: the GPU
+env pins the CUDA build for which the kernel packages publish wheels, the local CPU setup another.
+The GPU env's combination is one for which every kernel package has a prebuilt wheel."""
 import re
 import tomllib
 from pathlib import Path
@@ -32,14 +34,15 @@ def env_specs(path: Path) -> list[tuple[str, str]]:
 
 
 def post_deploy_specs(path: Path) -> list[tuple[str, str]]:
-    """Requirements that a post-deploy script installs with pip."""
-    text = path.read_text().replace("\\\n", " ")
-    out = []
-    for line in text.splitlines():
-        if "pip install" in line:
-            words = line.split("pip install", 1)[1].split()
-            out += [(path.name, w) for w in words if not w.startswith("-")]
-    return out
+    """Requirements that a post-deploy script installs: every name==version word of its code."""
+    code = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
+    return [(path.name, w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._\[\]-]*==[^\s\"')]+", code)]
+
+
+def requirements_specs(path: Path) -> list[tuple[str, str]]:
+    """Requirements of a pip requirements file (comments and blank lines skipped)."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [(path.name, line) for line in lines if line]
 
 
 def all_specs() -> list[tuple[str, str]]:
@@ -48,7 +51,17 @@ def all_specs() -> list[tuple[str, str]]:
         specs += env_specs(f)
     for f in sorted(ENVS.glob("*.post-deploy.sh")):
         specs += post_deploy_specs(f)
+    for f in sorted(ENVS.glob("*.txt")):
+        specs += requirements_specs(f)
     return specs
+
+
+def pins(specs) -> dict[str, str]:
+    return {norm(m["name"]): m["version"] for m in (EXACT.match(r) for _, r in specs) if m}
+
+
+# torch may differ between the GPU env (CUDA build with kernel wheels) and the CPU setup
+TWO_TORCHES = {"torch"}
 
 
 def pyproject_specs() -> list[tuple[str, str]]:
@@ -89,19 +102,28 @@ def test_each_package_has_one_version_everywhere():
         if m:
             seen.setdefault(norm(m["name"]), {}).setdefault(m["version"], []).append(where)
     clashes = {name: versions for name, versions in seen.items() if len(versions) > 1}
+    train = {w for w, _ in train_specs()}
+    for name in TWO_TORCHES & set(clashes):  # one version in the train env, one elsewhere
+        places = [{w in train for w in where} for where in clashes[name].values()]
+        if len(places) == 2 and sorted(map(sorted, places)) == [[False], [True]]:
+            del clashes[name]
     assert not clashes, f"one package, several versions: {clashes}"
+
+
+def train_specs() -> list[tuple[str, str]]:
+    return env_specs(ENVS / "train.yaml") + post_deploy_specs(ENVS / "train.post-deploy.sh")
 
 
 def test_the_envs_carry_what_pyproject_pins():
     """Every runtime package of pyproject.toml is in some env at the same version (the
-    workflow's own tools, snakemake and its plugin, and the test runner stay on the host);
-    the train env has every CUDA kernel of the [gpu] extra, and torch."""
+    workflow's own tools, snakemake and its plugin, and the test runner stay on the host; torch
+    is the GPU env's own, see TWO_TORCHES)."""
     env = {}
     for where, req in all_specs():
         m = EXACT.match(req)
         if m:  # inexact pins are test_pins_are_exact's business
             env.setdefault(norm(m["name"]), {})[m["version"]] = where
-    host_only = {"snakemake", "snakemake-executor-plugin-slurm", "pytest"}
+    host_only = {"snakemake", "snakemake-executor-plugin-slurm", "pytest"} | TWO_TORCHES
     for where, req in pyproject_specs():
         m = EXACT.match(req)
         name = norm(re.split(r"[=\[<>~!]", req)[0])
@@ -109,8 +131,54 @@ def test_the_envs_carry_what_pyproject_pins():
             continue
         assert name in env, f"{where}: {req} is in no env under envs/"
         assert m["version"] in env[name], f"{where}: {req}, but envs/ have {env[name]}"
-    train = {norm(re.split(r"[=\[<>~!]", r)[0])
-             for _, r in env_specs(ENVS / "train.yaml") + post_deploy_specs(ENVS / "train.post-deploy.sh")}
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for req in project["optional-dependencies"]["gpu"] + ["torch==0"]:
-        assert norm(re.split(r"[=\[<>]", req)[0]) in train, f"the train env lacks {req}"
+
+
+def kernel_packages() -> set[str]:
+    """The pip packages the mixers' kernel paths name (`kernel_package`), and causal-conv1d."""
+    names = set(re.findall(r'kernel_package = "([^"]+)"',
+                           "".join(p.read_text() for p in (ROOT / "src/arrepro/models").rglob("*.py"))))
+    assert names, "no mixer names a kernel_package"
+    return {norm(n) for n in names} | {"causal-conv1d"}
+
+
+def test_the_train_env_has_every_kernel_package_and_torch():
+    train = pins(train_specs())
+    for name in kernel_packages() | {"torch", "triton"}:
+        assert name in train, f"the train env lacks {name}"
+
+
+# Prebuilt wheels of the compiled kernel packages, from each release's build matrix (the
+# release workflow at that tag) and issue threads: version -> (torch minor versions, CUDA majors,
+# CPython versions). Linux x86_64; the torch >= 2.7 PyPI builds use the C++11 ABI (TRUE wheels).
+PREBUILT = {
+    ("flash-attn", "2.8.3"): ({"2.4", "2.5", "2.6", "2.7", "2.8"}, {"12"}, {"39", "310", "311", "312", "313"}),
+    ("mamba-ssm", "2.3.1"): ({"2.6", "2.7", "2.8", "2.9", "2.10"}, {"11", "12", "13"}, {"310", "311", "312", "313"}),
+    ("causal-conv1d", "1.6.0"): ({"2.5", "2.6", "2.7", "2.8", "2.9"}, {"11", "12"}, {"310", "311", "312", "313"}),
+}
+
+
+def test_every_compiled_kernel_has_a_prebuilt_wheel_for_the_train_env():
+    """The wheel each setup.py asks for (cu{CUDA major}torch{major.minor}...-cp{py}) exists for the
+    pinned versions: a bump of torch, CUDA or Python past the packages' wheels would mean source
+    builds for every GPU architecture (hours) on the cluster."""
+    train = pins(train_specs())
+    conda = dict(r.split("==") for w, r in env_specs(ENVS / "train.yaml") if w.endswith("conda"))
+    torch_minor = ".".join(train["torch"].split(".")[:2])
+    cuda_major = train["nvidia-cuda-runtime-cu12"].split(".")[0]
+    py = "".join(conda["python"].split(".")[:2])
+    for name in ("flash-attn", "mamba-ssm", "causal-conv1d"):
+        assert (name, train[name]) in PREBUILT, f"{name}=={train[name]}: no known prebuilt wheels"
+        torches, cudas, pythons = PREBUILT[name, train[name]]
+        tag = f"cu{cuda_major}torch{torch_minor}-cp{py}"
+        assert torch_minor in torches and cuda_major in cudas and py in pythons, \
+            f"{name}=={train[name]} publishes no {tag} wheel"
+
+
+def test_post_deploy_installs_without_isolation_or_dependencies():
+    """The kernels build against the env's torch (no build isolation) and pull nothing unpinned
+    (no dependency resolution: mamba-ssm would otherwise bring tilelang & co.)."""
+    text = (ENVS / "train.post-deploy.sh").read_text().replace("\\\n", " ")
+    installs = [line for line in text.splitlines() if "pip install" in line]
+    assert installs
+    for line in installs:
+        assert "--no-build-isolation" in line and "--no-deps" in line, line
