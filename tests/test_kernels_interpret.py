@@ -68,35 +68,13 @@ pytestmark = [
 MODELS = config_models()
 FWD_TOL_FP16, GRAD_TOL_FP16, FP32_TOL = 2e-2, 5e-2, 1e-4
 
-# where each kernel function is looked up today: (module, attribute). The kernels helper moves the
-# lookup into arrepro.models.kernels (override({name: fn})); `inject` uses that where it exists.
-KERNEL_SITES = {
-    "causal_conv1d_fn": ("arrepro.models.ops", "causal_conv1d_fn"),
-    "flash_attn_func": ("arrepro.models.mixers.attention", "flash_attn_func"),
-    "parallel_based": ("arrepro.models.mixers.based", "parallel_based"),
-    "selective_scan_fn": ("arrepro.models.mixers.mamba", "selective_scan_fn"),
-    "mamba_chunk_scan_combined": ("arrepro.models.mixers.mamba2", "mamba_chunk_scan_combined"),
-    "chunk_delta_rule": ("arrepro.models.mixers.deltanet", "fla_chunk_delta_rule"),
-    "chunk_gated_delta_rule": ("arrepro.models.mixers.gated_deltanet", "fla_chunk_gated_delta_rule"),
-}
-
-
 @contextlib.contextmanager
 def inject(**fns):
-    """Make the mixers call these functions as their kernels (names as in KERNEL_SITES), for the
-    duration of the block. The one place that knows how kernels are looked up."""
-    try:
-        kernels = importlib.import_module("arrepro.models.kernels")
-    except ModuleNotFoundError:
-        kernels = None
-    if kernels is not None and hasattr(kernels, "override"):
-        with kernels.override(fns):
-            yield
-        return
-    with pytest.MonkeyPatch.context() as mp:
-        for name, fn in fns.items():
-            module, attr = KERNEL_SITES[name]
-            mp.setattr(importlib.import_module(module), attr, fn)
+    """Make the mixers call these functions as their kernels for the duration of the block
+    (arrepro.models.kernels.override: CPU tensors then count as kernel-capable)."""
+    from arrepro.models import kernels
+
+    with kernels.override(fns):
         yield
 
 
