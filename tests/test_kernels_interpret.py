@@ -207,7 +207,7 @@ CASES = [
     ("deltanet", ("chunk_delta_rule", "causal_conv1d_fn"), 32, 80, torch.float16, FWD_TOL_FP16, GRAD_TOL_FP16),
     ("gated_deltanet", ("chunk_gated_delta_rule", "causal_conv1d_fn"), 32, 80, torch.float16,
      FWD_TOL_FP16, GRAD_TOL_FP16),
-    ("mamba2", ("mamba_chunk_scan_combined", "causal_conv1d_fn"), 16, 272, torch.float32, FP32_TOL, FP32_TOL),
+    ("mamba2", ("mamba_chunk_scan_combined", "causal_conv1d_fn"), 32, 272, torch.float32, FP32_TOL, FP32_TOL),
     ("mamba", ("selective_scan_fn", "causal_conv1d_fn"), 16, 24, torch.float32, FP32_TOL, FP32_TOL),
     ("mamba_noconv", ("selective_scan_fn",), 16, 24, torch.float32, FP32_TOL, FP32_TOL),
     ("mamba_nogate", ("selective_scan_fn", "causal_conv1d_fn"), 16, 24, torch.float32, FP32_TOL, FP32_TOL),
