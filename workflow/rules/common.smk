@@ -3,7 +3,7 @@ import json
 
 from snakemake.exceptions import WorkflowError
 
-from arrepro.grid import CELL_PATTERN, ConfigError, Grid, prepare_job_environment, train_sources
+from arrepro.grid import CELL_PATTERN, ConfigError, Grid, one_of, prepare_job_environment, train_sources
 
 # Jobs find the package and the interpreter running this workflow (a conda env, when one is
 # used, is activated in front of it).
@@ -19,11 +19,6 @@ FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
 TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
 CELL_RESULT = f"{CELL_PATTERN}/result.json"
 CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
-
-
-def one_of(names):
-    """A wildcard constraint matching exactly these names (nothing at all if there are none)."""
-    return "|".join(names) or "(?!x)x"
 
 
 def cell_results(cells):

@@ -18,4 +18,4 @@ rule data:
     conda:
         "../../envs/data.yaml"
     shell:
-        "python scripts/make_data.py --task-json {params.task:q} --out results/data/{wildcards.task} > {log} 2>&1"
+        "python scripts/make_data.py --task-json {params.task:q} --out results/data/{wildcards.task:q} > {log:q} 2>&1"

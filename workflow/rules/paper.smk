@@ -55,19 +55,19 @@ rule paper:
         "../../envs/paper.yaml"
     shell:
         """
-        rm -rf {params.build} && mkdir -p {params.build}
+        rm -rf {params.build:q} && mkdir -p {params.build:q}
         if command -v tectonic >/dev/null 2>&1; then
-            tectonic -X compile --keep-logs --outdir {params.build} -Z search-path=. {input.tex} > {log} 2>&1
+            tectonic -X compile --keep-logs --outdir {params.build:q} -Z search-path=. {input.tex:q} > {log:q} 2>&1
         elif command -v pdflatex >/dev/null 2>&1; then
-            (pdflatex {params.latex} -output-directory {params.build} {input.tex} \
-             && bibtex {params.build}/main \
-             && pdflatex {params.latex} -output-directory {params.build} {input.tex} \
-             && pdflatex {params.latex} -output-directory {params.build} {input.tex}) > {log} 2>&1 \
-             || (tail -n 40 {log} >&2; exit 1)
+            (pdflatex {params.latex} -output-directory {params.build:q} {input.tex:q} \
+             && bibtex {params.build:q}/main \
+             && pdflatex {params.latex} -output-directory {params.build:q} {input.tex:q} \
+             && pdflatex {params.latex} -output-directory {params.build:q} {input.tex:q}) > {log:q} 2>&1 \
+             || (tail -n 40 {log:q} >&2; exit 1)
         else
             echo "no TeX engine: install Debian's texlive-latex-base texlive-latex-recommended" \
-                 "texlive-fonts-recommended, or run with --sdm conda" | tee {log} >&2
+                 "texlive-fonts-recommended, or run with --sdm conda" | tee {log:q} >&2
             exit 1
         fi
-        cp {params.build}/main.pdf {output}
+        cp {params.build:q}/main.pdf {output:q}
         """

@@ -19,6 +19,9 @@ rule train:
     log:
         f"{CELL_PATTERN}/train.log",
     wildcard_constraints:
+        task=one_of(GRID.tasks),
+        model=one_of(GRID.models),
+        recipe=one_of(GRID.recipes),
         width=r"\d+",
         layers=r"\d+",
         seed=r"\d+",
@@ -35,5 +38,5 @@ rule train:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task} "
-        "--out {params.out} --threads {threads} > {log} 2>&1"
+        "python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
+        "--out {params.out:q} --threads {threads} >> {log:q} 2>&1"
