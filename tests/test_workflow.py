@@ -149,3 +149,30 @@ def test_each_figure_pulls_exactly_its_experiments_cells(tmp_path):
         scheduled = {re.search(r"output: (\S+)/result\.json", b).group(1) for b in blocks}
         assert len(blocks) == len(scheduled), f"{exp}: a cell is scheduled twice"
         assert scheduled == {c.path for c in grid.experiment_cells(exp)}, exp
+
+
+def test_every_job_writes_its_log(done):
+    logs = list((done / "results").rglob("*.log"))
+    rules = {p.parent.name for p in (done / "results/logs").rglob("*.log")}
+    assert {"data", "aggregate", "figures"} <= rules and len(list(done.glob("results/cells/**/train.log"))) == 2
+    empty = [str(p.relative_to(done)) for p in logs if p.stat().st_size == 0]
+    assert not empty, f"empty logs: {empty}"
+
+
+def test_an_unreadable_result_is_named_in_the_error_and_the_log(wd):
+    result = next(wd.glob("results/cells/**/result.json"))
+    result.write_text('{"cell": ')  # a truncated file, newer than the tables made from it
+    p = smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny", check=False)
+    rel = str(result.relative_to(wd))
+    assert p.returncode != 0 and rel in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
+    assert rel in (wd / "results/logs/aggregate/fig2.log").read_text()
+
+
+def test_a_rerun_cell_appends_to_its_train_log(wd):
+    logs = sorted(wd.glob("results/cells/**/train.log"))
+    for log in logs:
+        log.write_text("an earlier attempt's line\n" + log.read_text())
+    smk(wd, "--cores", "1", "--forcerun", "train", *TARGETS, "--config", "scale=tiny")
+    for log in logs:
+        text = log.read_text()
+        assert text.startswith("an earlier attempt's line\n") and text.count("epoch") >= 2, text

@@ -16,8 +16,10 @@ rule train:
     params:
         cell=lambda wc: json.dumps(GRID.cell_spec(**wc)),
         out=CELL_PATTERN,
+    # Snakemake empties a job's declared log before each attempt: job.log is this attempt's output;
+    # train.log gathers every attempt's (a resumed cell's history stays).
     log:
-        f"{CELL_PATTERN}/train.log",
+        f"{CELL_PATTERN}/job.log",
     wildcard_constraints:
         task=one_of(GRID.tasks),
         model=one_of(GRID.models),
@@ -39,4 +41,4 @@ rule train:
         "../../envs/train.yaml"
     shell:
         "python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
-        "--out {params.out:q} --threads {threads} >> {log:q} 2>&1"
+        "--out {params.out:q} --threads {threads} 2>&1 | tee -a {params.out:q}/train.log > {log:q}"
