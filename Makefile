@@ -16,7 +16,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# Every external program the demo needs (TeX for the paper) is checked first: installed with
+# apt-get as root, else the command that installs it is printed and nothing runs.
 demo: setup
+	$(PY) -m arrepro.tools --install
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
 
 test: setup

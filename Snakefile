@@ -35,3 +35,17 @@ rule all:
         "results/tables/cells.csv",
         "results/paper.pdf",
     default_target: True
+
+
+# The paper needs a TeX engine: say so before the first job, not after hours of training. (In a
+# conda deployment, envs/paper.yaml brings tectonic.) `make demo` installs it where it can.
+onstart:
+    from snakemake_interface_executor_plugins.settings import DeploymentMethod
+    from arrepro.tools import missing_tex
+
+    if DeploymentMethod.CONDA not in workflow.deployment_settings.deployment_method and any(
+        job.rule.name == "paper" for job in workflow.dag.needrun_jobs()
+    ):
+        problem = missing_tex()
+        if problem:
+            raise WorkflowError(f"stopping before any job: {problem}")
