@@ -74,17 +74,44 @@ def test_adding_a_learning_rate_trains_only_the_new_cells(wd):
     assert {"aggregate", "figure", "cells_table"} <= set(jobs)
 
 
+CODE_EDIT = "\n_AN_EDIT = 1\n"  # a statement: the code changes
+
+
+
+def comment_edit(path: Path) -> None:
+    """A new comment, a reformatted line and an edited docstring: the code stays the same."""
+    text = path.read_text() + "\n# a comment\n"
+    doc = re.search(r'"""(.*?)"""', text, re.S)
+    if doc:  # the module's (or first) docstring, reworded
+        text = text[:doc.start(1)] + doc[1] + " Reworded." + text[doc.end(1):]
+    path.write_text(text.replace("\n\n\n", "\n\n\n\n", 1))
+
+
+@pytest.mark.parametrize("path", ["src/arrepro/train.py", "src/arrepro/models/backbone.py", "src/arrepro/models/ops.py",
+                                  "src/arrepro/models/mixers/attention.py", "src/arrepro/plots.py",
+                                  "src/arrepro/aggregate.py", "src/arrepro/data/mqar.py"])
+def test_a_comment_or_docstring_edit_reruns_nothing(wd, path):
+    comment_edit(wd / path)
+    assert planned(wd) == {}
+
+
 def test_editing_a_model_file_reruns_its_cells_only(wd):
     with open(wd / "src/arrepro/models/mixers/attention.py", "a") as f:
-        f.write("\n# an edit\n")
+        f.write(CODE_EDIT)
     jobs = planned(wd)
     assert jobs.get("train") == 2  # the tiny grid's two attention cells
     assert "data" not in jobs
 
 
+def test_editing_shared_model_code_reruns_every_cell(wd):
+    with open(wd / "src/arrepro/models/ops.py", "a") as f:
+        f.write(CODE_EDIT)
+    assert planned(wd).get("train") == 2
+
+
 def test_editing_plotting_code_reruns_only_the_figure(wd):
     with open(wd / "src/arrepro/plots.py", "a") as f:
-        f.write("\n# an edit\n")
+        f.write(CODE_EDIT)
     assert planned(wd) == {"figure": 1}
 
 
@@ -92,7 +119,7 @@ def test_editing_an_unused_mixer_reruns_nothing(wd):
     other = next(p for p in (wd / "src/arrepro/models/mixers").glob("*.py")
                  if p.stem not in ("attention", "__init__"))
     with open(other, "a") as f:
-        f.write("\n# an edit\n")
+        f.write(CODE_EDIT)
     assert planned(wd) == {}
 
 

@@ -75,8 +75,8 @@ def prepare_job_environment(root: str | Path) -> None:
 
 def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
     """Source files (relative to the repository root) that shape a cell of this mixer. The
-    train rule declares them as inputs (Snakemake does not track imported modules), and a
-    checkpoint is resumed only if their contents are unchanged. A mixer file that imports a
+    train rule records their code digest as a param (Snakemake does not track imported
+    modules), and a checkpoint is resumed only if their contents are unchanged. A mixer file that imports a
     sibling mixer (``from .deltanet import ...``) depends on that file too."""
     return list(_train_sources(mixer, str(root)))
 

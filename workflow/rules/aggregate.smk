@@ -1,5 +1,7 @@
 # Stage 3: tidy tables of finished cells and best-over-LR statistics.
 
+AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/files.py", "scripts/aggregate.py")
+
 
 rule aggregate:
     output:
@@ -7,8 +9,8 @@ rule aggregate:
         best="results/tables/{exp}_best.csv",
     input:
         results=lambda wc: cell_results(GRID.experiment_cells(wc.exp)),
-        src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
     params:
+        code=AGGREGATE_CODE,
         series=lambda wc: GRID.series_of(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
     log:
@@ -30,7 +32,8 @@ rule cells_table:
         "results/logs/aggregate/cells.log",
     input:
         tables=[f"results/tables/{e}_cells.csv" for e in EXPERIMENTS],
-        src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
+    params:
+        code=AGGREGATE_CODE,
     conda:
         "../../envs/plots.yaml"
     script:

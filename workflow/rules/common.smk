@@ -1,8 +1,10 @@
 # Shared by every stage: the grid of the selected scale and small helpers (no rules here).
+import functools
 import json
 
 from snakemake.exceptions import WorkflowError
 
+from arrepro.digest import source_digest
 from arrepro.grid import CELL_PATTERN, ConfigError, Grid, one_of, prepare_job_environment, train_sources
 
 # Jobs find the package and the interpreter running this workflow (a conda env, when one is
@@ -19,6 +21,19 @@ FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
 TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
 CELL_RESULT = f"{CELL_PATTERN}/result.json"
 CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
+
+
+def code(*paths):
+    """A digest of these source files' code (comments, docstrings, formatting ignored). Rules
+    record it as a param instead of declaring the files as inputs: Snakemake reruns a job when
+    its params change, so a comment edit reruns nothing and a code edit exactly its jobs."""
+    return source_digest(paths, ROOT)
+
+
+@functools.lru_cache(maxsize=None)
+def train_code(mixer):
+    """The code digest of a cell of this mixer (once per mixer, not per cell)."""
+    return code(*train_sources(mixer, ROOT), "scripts/train_cell.py")
 
 
 def cell_results(cells):

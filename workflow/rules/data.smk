@@ -5,10 +5,9 @@ rule data:
     output:
         train="results/data/{task}/train.npz",
         test="results/data/{task}/test.npz",
-    input:
-        src=["src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src/arrepro/data/copying.py",
-             "scripts/make_data.py"],
     params:
+        code=code("src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src/arrepro/data/copying.py",
+                  "scripts/make_data.py"),
         task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}),
     log:
         "results/logs/data/{task}.log",

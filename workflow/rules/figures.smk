@@ -8,8 +8,8 @@ rule figure:
         png="results/{exp}.png",
     input:
         unpack(figure_inputs),
-        src=["src/arrepro/plots.py", "scripts/plot_figure.py"],
     params:
+        code=code("src/arrepro/plots.py", "src/arrepro/files.py", "scripts/plot_figure.py"),
         plot=lambda wc: GRID.experiments[wc.exp]["plot"],
         title=lambda wc: GRID.experiments[wc.exp].get("title", wc.exp),
         scale=GRID.scale_name,
@@ -32,8 +32,8 @@ rule table:
     input:
         cells="results/tables/{exp}_cells.csv",
         best="results/tables/{exp}_best.csv",
-        src=["src/arrepro/tables.py", "scripts/make_table.py"],
     params:
+        code=code("src/arrepro/tables.py", "src/arrepro/files.py", "scripts/make_table.py"),
         table=lambda wc: GRID.experiments[wc.exp]["table"],
         models=lambda wc: GRID.experiment_models(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),

@@ -11,8 +11,8 @@ rule paper_numbers:
     input:
         best=[f"results/tables/{e}_best.csv" for e in EXPERIMENTS],
         cells=[f"results/tables/{e}_cells.csv" for e in EXPERIMENTS],
-        src=["src/arrepro/paper.py", "src/arrepro/tables.py", "scripts/paper_numbers.py"],
     params:
+        code=code("src/arrepro/paper.py", "src/arrepro/tables.py", "src/arrepro/files.py", "scripts/paper_numbers.py"),
         # what the manuscript says about the setup, from the config (arrepro.paper.grid_meta)
         meta={
             "scale": GRID.scale_name,
