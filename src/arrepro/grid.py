@@ -201,6 +201,7 @@ class Grid:
         self.recipes = {self.recipe_names[n]: {"name": n, **r} for n, r in self.scale["recipes"].items()}
         self.experiments = self.scale["experiments"]
         self._specs: dict[tuple, dict] = {}
+        self._cells: dict[str, list[Cell]] = {}
         self._check()
 
     # -- validation beyond the schema -------------------------------------------------------
@@ -301,8 +302,10 @@ class Grid:
         ]
 
     def experiment_cells(self, exp: str) -> list[Cell]:
-        cells = [c for g in self.experiments[exp]["grids"] for c in self.grid_cells(g)]
-        return list(dict.fromkeys(cells))
+        if exp not in self._cells:  # memoised: the workflow asks several times per experiment
+            cells = [c for g in self.experiments[exp]["grids"] for c in self.grid_cells(g)]
+            self._cells[exp] = list(dict.fromkeys(cells))
+        return self._cells[exp]
 
     def all_cells(self) -> list[Cell]:
         return list(dict.fromkeys(c for e in self.experiments for c in self.experiment_cells(e)))

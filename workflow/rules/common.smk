@@ -1,6 +1,7 @@
 # Shared by every stage: the grid of the selected scale and small helpers (no rules here).
 import functools
 import json
+import os
 
 from snakemake.exceptions import WorkflowError
 
@@ -34,6 +35,12 @@ def code(*paths):
 def train_code(mixer):
     """The code digest of a cell of this mixer (once per mixer, not per cell)."""
     return code(*train_sources(mixer, ROOT), "scripts/train_cell.py")
+
+
+def missing_cell_files():
+    """The result and metrics files of this scale's cells that do not exist now."""
+    files = (f"{c.path}/{name}" for c in GRID.all_cells() for name in ("result.json", "metrics.jsonl"))
+    return [f for f in files if not os.path.exists(f)]
 
 
 def cell_results(cells):
