@@ -1,5 +1,5 @@
 # The two commands of the README:
-#   make demo   set up .venv and run the CPU demo: every figure and table under results/
+#   make demo   set up .venv and run the CPU demo: every figure and table under results/demo/
 #   make test   set up .venv and run the tests
 # Both work on a fresh machine with Python 3.11 (torch's CPU build comes from the local wheel).
 VENV   := .venv

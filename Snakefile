@@ -1,6 +1,6 @@
 # Reproduction of "Revisiting associative recall in modern recurrent models".
 #   snakemake --cores 2 all                        the CPU demo (default scale)
-#   snakemake --cores 2 results/fig2.pdf           one figure, training only its cells
+#   snakemake --cores 2 results/demo/fig2.pdf      one figure, training only its cells
 #   snakemake --profile slurm all                  the paper's grid on a Slurm cluster
 # The grid, the recipes and the scales live in config.yaml; the logic in src/arrepro.
 import sys
@@ -35,10 +35,10 @@ include: "workflow/rules/paper.smk"
 rule all:
     input:
         [f for e in EXPERIMENTS for f in GRID.outputs(e)],
-        "results/tables/cells.csv",
-        "results/paper/numbers.tex",
-        "results/paper/setup.tex",
-        "results/paper.pdf",
+        f"{OUT}/tables/cells.csv",
+        f"{OUT}/paper/numbers.tex",
+        f"{OUT}/paper/setup.tex",
+        f"{OUT}/paper.pdf",
         missing_cell_files(),
     default_target: True
 

@@ -61,7 +61,7 @@ def refused(wd, p, *keys):
 def test_a_name_with_shell_syntax_is_refused_and_runs_nothing(tmp_path, make, name, key):
     wd = copy_workflow(tmp_path)
     edit_config(wd, make(name))
-    p = smk(wd, "--cores", "1", "results/tables/fig2_cells.csv", "--config", "scale=tiny", check=False)
+    p = smk(wd, "--cores", "1", "results/tiny/tables/fig2_cells.csv", "--config", "scale=tiny", check=False)
     refused(wd, p, key, name)
     assert not list(tmp_path.rglob("X"))
 

@@ -146,7 +146,7 @@ def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
     grid, _ = paper_specs(config)
     exp = "fig1" if "fig1" in grid.experiments else next(iter(grid.experiments))
     env = {k: v for k, v in os.environ.items() if k != "ARREPRO_SCALE"}
-    p = subprocess.run(SNAKEMAKE + ["-n", "--profile", "slurm", f"results/tables/{exp}_best.csv", "--sdm", "env-modules"],
+    p = subprocess.run(SNAKEMAKE + ["-n", "--profile", "slurm", f"{grid.out}/tables/{exp}_best.csv", "--sdm", "env-modules"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     groups = len(re.findall(r"Group job \S+ \(jobs in lexicogr", p.stdout))

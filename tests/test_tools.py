@@ -38,7 +38,7 @@ def test_snakemake_stops_before_any_job_when_the_paper_has_no_tex(tmp_path, no_t
 
 def test_a_target_without_the_paper_needs_no_tex(tmp_path, no_tex_path):
     wd = copy_workflow(tmp_path)
-    p = subprocess.run(SNAKEMAKE + ["--cores", "1", "results/tables/fig2_cells.csv", "--config", "scale=tiny"],
+    p = subprocess.run(SNAKEMAKE + ["--cores", "1", "results/tiny/tables/fig2_cells.csv", "--config", "scale=tiny"],
                        cwd=wd, capture_output=True, text=True, env={**os.environ, "PATH": no_tex_path})
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
 

@@ -30,7 +30,7 @@ def smk(wd: Path, *args, check=True):
 
 
 # everything `all` builds but the paper (its LaTeX build has its own test, tests/test_paper.py)
-TARGETS = ["results/fig2.pdf", "results/tables/cells.csv"]
+TARGETS = ["results/tiny/fig2.pdf", "results/tiny/tables/cells.csv"]
 
 
 def planned(wd: Path, *args, targets=TARGETS) -> dict[str, int]:
@@ -170,7 +170,7 @@ def test_each_figure_pulls_exactly_its_experiments_cells(tmp_path):
     wd = copy_workflow(tmp_path)
     grid = Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "demo")
     for exp, e in grid.experiments.items():
-        target = f"results/{exp}.pdf" if "plot" in e else f"results/{exp}.tex"
+        target = f"results/demo/{exp}.pdf" if "plot" in e else f"results/demo/{exp}.tex"
         out = smk(wd, "-n", target, "--config", "scale=demo").stdout
         blocks = [b for b in out.split("\n\n") if re.search(r"rule train:", b)]
         scheduled = {re.search(r"output: (\S+)/result\.json", b).group(1) for b in blocks}
@@ -180,7 +180,7 @@ def test_each_figure_pulls_exactly_its_experiments_cells(tmp_path):
 
 def test_every_job_writes_its_log(done):
     logs = list((done / "results").rglob("*.log"))
-    rules = {p.parent.name for p in (done / "results/logs").rglob("*.log")}
+    rules = {p.parent.name for p in (done / "results/tiny/logs").rglob("*.log")}
     assert {"data", "aggregate", "figures"} <= rules and len(list(done.glob("results/cells/**/train.log"))) == 2
     empty = [str(p.relative_to(done)) for p in logs if p.stat().st_size == 0]
     assert not empty, f"empty logs: {empty}"
@@ -192,7 +192,7 @@ def test_an_unreadable_result_is_named_in_the_error_and_the_log(wd):
     p = smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny", check=False)
     rel = str(result.relative_to(wd))
     assert p.returncode != 0 and rel in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
-    assert rel in (wd / "results/logs/aggregate/fig2.log").read_text()
+    assert rel in (wd / "results/tiny/logs/aggregate/fig2.log").read_text()
 
 
 def test_a_rerun_cell_appends_to_its_train_log(wd):
@@ -222,6 +222,17 @@ def test_all_rebuilds_tables_a_failed_aggregate_deleted(wd):
     good = result.read_text()
     result.write_text("{")
     assert smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny", check=False).returncode != 0
-    assert not (wd / "results/tables/fig2_best.csv").exists()  # Snakemake deleted the failed job's outputs
+    assert not (wd / "results/tiny/tables/fig2_best.csv").exists()  # Snakemake deleted the failed job's outputs
     result.write_text(good)
     assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1}
+
+
+def test_scales_keep_their_outputs_apart(done):
+    """The tiny run wrote under results/tiny/ only (and the shared cells and data); the demo's
+    plan writes under results/demo/, never over another scale's files."""
+    assert {p.name for p in (done / "results").iterdir()} == {"cells", "data", "tiny"}
+    assert not (done / "results/fig2.pdf").exists()
+    out = smk(done, "-n", "all", "--config", "scale=demo").stdout
+    written = set(re.findall(r"^\s+output: (.+)$", out, re.M))
+    files = {f for line in written for f in line.split(", ")}
+    assert files and all(f.startswith(("results/demo/", "results/cells/", "results/data/")) for f in files)

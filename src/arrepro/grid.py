@@ -194,6 +194,8 @@ class Grid:
         if self.scale_name not in config["scales"]:
             raise ConfigError(f"scale: {self.scale_name!r} is not one of {sorted(config['scales'])}")
         self.scale = config["scales"][self.scale_name]
+        # this scale's outputs (figures, tables, paper, logs); cells and data are shared by scales
+        self.out = f"results/{self.scale_name}"
         self.models = config["models"]
         self.task_names = {n: task_id(n, t) for n, t in self.scale["tasks"].items()}
         self.tasks = {self.task_names[n]: {"name": n, **t} for n, t in self.scale["tasks"].items()}
@@ -251,6 +253,7 @@ class Grid:
         """Every path built from config names stays under results/ (check_path): the data and
         cell folders, each experiment's outputs; a published CSV stays inside the repository."""
         base = f"scales.{self.scale_name}"
+        check_path(self.out, "scale")
         for name, tid in self.task_names.items():
             check_path(f"results/data/{tid}", f"{base}.tasks.{name}")
         seen = set()
@@ -271,7 +274,7 @@ class Grid:
         """The files an experiment's figure or table rule writes."""
         e = self.experiments[exp]
         exts = ("pdf", "png") if "plot" in e else ("csv", "tex")
-        return [f"results/{exp}.{x}" for x in exts] + [f"results/tables/{exp}_{t}.csv" for t in ("cells", "best")]
+        return [f"{self.out}/{exp}.{x}" for x in exts] + [f"{self.out}/tables/{exp}_{t}.csv" for t in ("cells", "best")]
 
     def lrs(self, grid: dict, where: str = "") -> list[float]:
         lrs = grid["lrs"]

@@ -5,8 +5,8 @@ AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/files.py", "scrip
 
 rule aggregate:
     output:
-        cells="results/tables/{exp}_cells.csv",
-        best="results/tables/{exp}_best.csv",
+        cells=f"{OUT}/tables/{{exp}}_cells.csv",
+        best=f"{OUT}/tables/{{exp}}_best.csv",
     input:
         results=lambda wc: cell_results(GRID.experiment_cells(wc.exp)),
     params:
@@ -14,7 +14,7 @@ rule aggregate:
         series=lambda wc: GRID.series_of(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
     log:
-        "results/logs/aggregate/{exp}.log",
+        f"{OUT}/logs/aggregate/{{exp}}.log",
     wildcard_constraints:
         exp=one_of(EXPERIMENTS),
     conda:
@@ -27,11 +27,11 @@ rule aggregate:
 # would cost Snakemake over a minute to plan at the paper scale.
 rule cells_table:
     output:
-        "results/tables/cells.csv",
+        f"{OUT}/tables/cells.csv",
     log:
-        "results/logs/aggregate/cells.log",
+        f"{OUT}/logs/aggregate/cells.log",
     input:
-        tables=[f"results/tables/{e}_cells.csv" for e in EXPERIMENTS],
+        tables=[f"{OUT}/tables/{e}_cells.csv" for e in EXPERIMENTS],
     params:
         code=AGGREGATE_CODE,
     conda:

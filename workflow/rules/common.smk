@@ -17,6 +17,7 @@ try:
 except (ConfigError, KeyError) as err:
     raise WorkflowError(f"config.yaml: {err}")
 
+OUT = GRID.out  # results/{scale}: this scale's figures, tables, paper and logs
 EXPERIMENTS = list(GRID.experiments)
 FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
 TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
@@ -53,7 +54,7 @@ def mixer_of(wc):
 
 def figure_inputs(wc):
     exp = GRID.experiments[wc.exp]
-    inputs = {"cells": f"results/tables/{wc.exp}_cells.csv", "best": f"results/tables/{wc.exp}_best.csv"}
+    inputs = {"cells": f"{OUT}/tables/{wc.exp}_cells.csv", "best": f"{OUT}/tables/{wc.exp}_best.csv"}
     if "published" in exp:
         inputs["published"] = exp["published"]
     if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics

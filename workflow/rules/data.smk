@@ -10,7 +10,7 @@ rule data:
                   "scripts/make_data.py"),
         task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}),
     log:
-        "results/logs/data/{task}.log",
+        f"{OUT}/logs/data/{{task}}.log",
     resources:
         mem_mb=4000,
         runtime=10,

@@ -4,8 +4,8 @@
 
 rule figure:
     output:
-        pdf="results/{exp}.pdf",
-        png="results/{exp}.png",
+        pdf=f"{OUT}/{{exp}}.pdf",
+        png=f"{OUT}/{{exp}}.png",
     input:
         unpack(figure_inputs),
     params:
@@ -16,7 +16,7 @@ rule figure:
         metric=lambda wc: GRID.metric(wc.exp),
         reference_lrs=lambda wc: GRID.reference_lrs(wc.exp),
     log:
-        "results/logs/figures/{exp}.log",
+        f"{OUT}/logs/figures/{{exp}}.log",
     wildcard_constraints:
         exp=one_of(FIGURES),
     conda:
@@ -27,11 +27,11 @@ rule figure:
 
 rule table:
     output:
-        csv="results/{exp}.csv",
-        tex="results/{exp}.tex",
+        csv=f"{OUT}/{{exp}}.csv",
+        tex=f"{OUT}/{{exp}}.tex",
     input:
-        cells="results/tables/{exp}_cells.csv",
-        best="results/tables/{exp}_best.csv",
+        cells=f"{OUT}/tables/{{exp}}_cells.csv",
+        best=f"{OUT}/tables/{{exp}}_best.csv",
     params:
         code=code("src/arrepro/tables.py", "src/arrepro/files.py", "scripts/make_table.py"),
         table=lambda wc: GRID.experiments[wc.exp]["table"],
@@ -39,7 +39,7 @@ rule table:
         metric=lambda wc: GRID.metric(wc.exp),
         scale=GRID.scale_name,
     log:
-        "results/logs/tables/{exp}.log",
+        f"{OUT}/logs/tables/{{exp}}.log",
     wildcard_constraints:
         exp=one_of(TABLES),
     conda:
