@@ -7,7 +7,9 @@ PY     := $(VENV)/bin/python
 CORES  ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test setup bench clean
+SCALE  ?= demo
+
+.PHONY: demo test setup bench clean report
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -21,6 +23,10 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m arrepro.tools --install
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
+
+# One HTML file with every figure and table of a finished scale, captioned: results/$(SCALE)/report.html
+report: setup
+	snakemake --report results/$(SCALE)/report.html --config scale=$(SCALE)
 
 test: setup
 	$(PY) -m pytest -q --durations=12

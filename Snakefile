@@ -17,6 +17,9 @@ configfile: "config.yaml"
 validate(config, "workflow/schemas/config.schema.yaml")
 
 ROOT = Path(workflow.basedir)
+
+
+report: "workflow/report/workflow.rst"  # `make report`: results/{scale}/report.html
 sys.path.insert(0, str(ROOT / "src"))
 
 

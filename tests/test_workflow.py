@@ -236,3 +236,8 @@ def test_scales_keep_their_outputs_apart(done):
     written = set(re.findall(r"^\s+output: (.+)$", out, re.M))
     files = {f for line in written for f in line.split(", ")}
     assert files and all(f.startswith(("results/demo/", "results/cells/", "results/data/")) for f in files)
+
+
+def test_all_rebuilds_a_deleted_table(wd):
+    (wd / "results/tiny/tables/fig2_best.csv").unlink()
+    assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1}

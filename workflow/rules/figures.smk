@@ -5,7 +5,7 @@
 rule figure:
     output:
         pdf=f"{OUT}/{{exp}}.pdf",
-        png=f"{OUT}/{{exp}}.png",
+        png=report(f"{OUT}/{{exp}}.png", caption="../report/figure.rst", category="Figures", labels={"experiment": "{exp}"}),
     input:
         unpack(figure_inputs),
     params:
@@ -27,7 +27,7 @@ rule figure:
 
 rule table:
     output:
-        csv=f"{OUT}/{{exp}}.csv",
+        csv=report(f"{OUT}/{{exp}}.csv", caption="../report/table.rst", category="Tables", labels={"experiment": "{exp}"}),
         tex=f"{OUT}/{{exp}}.tex",
     input:
         cells=f"{OUT}/tables/{{exp}}_cells.csv",
@@ -35,6 +35,7 @@ rule table:
     params:
         code=code("src/arrepro/tables.py", "src/arrepro/files.py", "scripts/make_table.py"),
         table=lambda wc: GRID.experiments[wc.exp]["table"],
+        title=lambda wc: GRID.experiments[wc.exp].get("title", wc.exp),
         models=lambda wc: GRID.experiment_models(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
         scale=GRID.scale_name,
