@@ -161,3 +161,36 @@ def test_mixer_arguments_are_the_constructors():
 def test_every_configured_model_passes(config):
     for scale in config["scales"]:
         Grid(yaml.safe_load(yaml.safe_dump(config)), scale)
+
+
+# -- learning-rate folder names (issue 11): exact, never shared -------------------------------
+
+@pytest.mark.parametrize("lr", [1.0e-3, 1.0004e-3, 3.1623e-3, 0.1 + 0.2, 4.64e-4, 1.0e-5, 2.5, 1 / 3])
+def test_a_learning_rates_folder_name_round_trips(lr):
+    from arrepro.grid import fmt_lr
+
+    assert float(fmt_lr(lr)) == lr
+
+
+def test_close_learning_rates_get_their_own_cells_and_train_their_own_value(config):
+    c = copy.deepcopy(config)
+    fig2(c)["grids"][0]["lrs"] = [1.0e-3, 1.0004e-3]
+    grid = Grid(c, "tiny")
+    cells = grid.experiment_cells("fig2")
+    assert len({x.path for x in cells}) == 2
+    assert sorted(grid.cell_spec(x.task, x.model, x.width, x.layers, x.recipe, x.lr, x.seed)["lr"] for x in cells) \
+        == [1.0e-3, 1.0004e-3]
+
+
+def test_the_configs_learning_rates_keep_their_folder_names(config):
+    """Finished cells stay valid: every learning rate in config.yaml is named as before (%.3g)."""
+    for scale in config["scales"]:
+        for cell in Grid(config, scale).all_cells():
+            assert cell.lr == f"{float(cell.lr):.3g}"
+
+
+def test_a_learning_rate_given_twice_is_refused(config):
+    c = copy.deepcopy(config)
+    fig2(c)["grids"][0]["lrs"] = [1.0e-3, 0.001]
+    with pytest.raises(ConfigError, match=re.escape("scales.tiny.experiments.fig2.grids[0].lrs")):
+        Grid(c, "tiny")

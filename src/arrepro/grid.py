@@ -155,7 +155,13 @@ def short_hash(obj) -> str:
 
 
 def fmt_lr(lr: float) -> str:
-    return f"{float(lr):.3g}"
+    """A learning rate's folder name, exact: ``float(fmt_lr(x)) == x`` for every float, so two
+    learning rates never share a cell and a cell trains exactly the config's value. Three
+    significant digits where they are exact (the names finished cells already have), else
+    Python's shortest round-trip form."""
+    lr = float(lr)
+    short = f"{lr:.3g}"
+    return short if float(short) == lr else repr(lr)
 
 
 def task_id(name: str, task: dict) -> str:
@@ -282,7 +288,12 @@ class Grid:
             if lrs not in self.config["lr_grids"]:
                 raise ConfigError(f"{where}.lrs: unknown lr grid {lrs!r}; known: {sorted(self.config['lr_grids'])}")
             lrs = self.config["lr_grids"][lrs]
-        return [float(x) for x in lrs]
+        lrs = [float(x) for x in lrs]
+        names = [fmt_lr(x) for x in lrs]
+        if len(set(names)) < len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ConfigError(f"{where}.lrs: learning rate(s) {', '.join(dup)} given twice")
+        return lrs
 
     @staticmethod
     def batch_size(recipe: dict, task: dict, where: str = "") -> int:
