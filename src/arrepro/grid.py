@@ -276,11 +276,14 @@ class Grid:
                         cell = Cell(self.task_names[t], m, 1, 1, self.recipe_names[g["recipe"]], fmt_lr(lr), 0)
                         check_path(cell.path, f"{base}.experiments.{exp}.grids[{i}]")
 
+    def tables(self, exp: str) -> list[str]:
+        """An experiment's aggregated tables: its cells and its best-over-LR statistics."""
+        return [f"{self.out}/tables/{exp}_{t}.csv" for t in ("cells", "best")]
+
     def outputs(self, exp: str) -> list[str]:
-        """The files an experiment's figure or table rule writes."""
-        e = self.experiments[exp]
-        exts = ("pdf", "png") if "plot" in e else ("csv", "tex")
-        return [f"{self.out}/{exp}.{x}" for x in exts] + [f"{self.out}/tables/{exp}_{t}.csv" for t in ("cells", "best")]
+        """The files an experiment's figure or table rule writes, and its aggregated tables."""
+        exts = ("pdf", "png") if "plot" in self.experiments[exp] else ("csv", "tex")
+        return [f"{self.out}/{exp}.{x}" for x in exts] + self.tables(exp)
 
     def lrs(self, grid: dict, where: str = "") -> list[float]:
         lrs = grid["lrs"]
