@@ -341,11 +341,11 @@ def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, fa
         assert untimed(json.loads((a / "result.json").read_text())) == untimed(json.loads((b / "result.json").read_text()))
         rows = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
         assert untimed(rows(a)) == untimed(rows(b))
-    tables = sorted(p.relative_to(local) for p in (local / "results" / "tables").glob("*.csv"))
+    tables = sorted(p.relative_to(local) for p in (local / "results" / "tiny" / "tables").glob("*.csv"))
     assert tables
     for t in tables:
         assert read_table(local / t) == read_table(via_slurm / t), t
-    for fig in (local / "results").glob("*.pdf"):
+    for fig in (local / "results" / "tiny").glob("*.pdf"):
         assert (via_slurm / fig.relative_to(local)).stat().st_size > 0
 
     # what Slurm ran: every job completed; the cells as bundles on the GPU partition, the rest on the CPU one
