@@ -17,10 +17,10 @@ configfile: "config.yaml"
 validate(config, "workflow/schemas/config.schema.yaml")
 
 ROOT = Path(workflow.basedir)
+sys.path.insert(0, str(ROOT / "src"))
 
 
 report: "workflow/report/workflow.rst"  # `make report`: results/{scale}/report.html
-sys.path.insert(0, str(ROOT / "src"))
 
 
 include: "workflow/rules/common.smk"
