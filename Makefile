@@ -1,5 +1,5 @@
 # The two commands of the README:
-#   make demo   set up .venv and run the CPU demo: every figure and table under results/
+#   make demo   set up .venv and run the CPU demo: every figure and table under results/demo/
 #   make test   set up .venv (and .venv-kernels) and run the tests (the kernel packages' own code
 #               under Triton's interpreter first: `make kernels-cpu`)
 # Both work on a fresh machine with Python 3.11 (torch's CPU build comes from the local wheel).
@@ -10,7 +10,9 @@ KPY    := $(KVENV)/bin/python
 CORES  ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test setup bench clean kernels-cpu gpu-check
+SCALE  ?= demo
+
+.PHONY: demo test setup bench clean report kernels-cpu gpu-check
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -19,8 +21,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# Every external program the demo needs (TeX for the paper) is checked first: installed with
+# apt-get as root, else the command that installs it is printed and nothing runs.
 demo: setup
+	$(PY) -m arrepro.tools --install
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
+
+# One HTML file with every figure and table of a finished scale, captioned: results/$(SCALE)/report.html
+report: setup
+	snakemake --report results/$(SCALE)/report.html --config scale=$(SCALE)
 
 test: setup $(KVENV)/.installed
 	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py

@@ -1,6 +1,6 @@
 # Reproduction of "Revisiting associative recall in modern recurrent models".
 #   snakemake --cores 2 all                        the CPU demo (default scale)
-#   snakemake --cores 2 results/fig2.pdf           one figure, training only its cells
+#   snakemake --cores 2 results/demo/fig2.pdf      one figure, training only its cells
 #   snakemake --profile slurm all                  the paper's grid on a Slurm cluster
 # The grid, the recipes and the scales live in config.yaml; the logic in src/arrepro.
 import sys
@@ -20,6 +20,9 @@ ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
 
 
+report: "workflow/report/workflow.rst"  # `make report`: results/{scale}/report.html
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/gpushare.smk"
@@ -29,11 +32,31 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"
 
 
+# Snakemake reruns a job whose output is missing only when a job that needs it must run anyway:
+# a deleted result.json, or tables deleted by a failed aggregate job, would leave `all` "up to
+# date" beside stale figures. So `all` names every experiment's outputs and tables, the paper's
+# inputs, and the cell files that are missing now (naming all 20,000 would slow the planning).
 rule all:
     input:
-        [f"results/{e}.pdf" for e in FIGURES],
-        [f"results/{e}.tex" for e in TABLES],
-        "results/tables/cells.csv",
-        "results/paper.pdf",
+        [f for e in EXPERIMENTS for f in GRID.outputs(e)],
+        f"{OUT}/tables/cells.csv",
+        f"{OUT}/paper/numbers.tex",
+        f"{OUT}/paper/setup.tex",
+        f"{OUT}/paper.pdf",
+        missing_cell_files(),
         PACKS.targets,  # cells per GPU > 1 only: the packs of small cells that share a GPU
     default_target: True
+
+
+# The paper needs a TeX engine: say so before the first job, not after hours of training. (In a
+# conda deployment, envs/paper.yaml brings tectonic.) `make demo` installs it where it can.
+onstart:
+    from snakemake_interface_executor_plugins.settings import DeploymentMethod
+    from arrepro.tools import missing_tex
+
+    if DeploymentMethod.CONDA not in workflow.deployment_settings.deployment_method and any(
+        job.rule.name == "paper" for job in workflow.dag.needrun_jobs()
+    ):
+        problem = missing_tex()
+        if problem:
+            raise WorkflowError(f"stopping before any job: {problem}")

@@ -5,15 +5,16 @@ experiments' aggregated tables. By hand, from the repository root:
     paper_numbers.py [--scale NAME] [--out-dir results/paper]"""
 import argparse
 
+from arrepro.files import job_log
 from arrepro.paper import grid_meta, write_paper_inputs
 
 if "snakemake" in globals():
     sm = snakemake  # noqa: F821 - set by Snakemake's script directive
-    exps = list(sm.params.meta["experiments"])
-    write_paper_inputs(sm.params.meta, dict(zip(exps, sm.input.best)), dict(zip(exps, sm.input.cells)),
-                       sm.output.numbers, sm.output.setup, sm.input.tex)
-    with open(sm.log[0], "w") as log:
-        print(f"{sm.output.numbers}, {sm.output.setup}: {len(exps)} experiments ({', '.join(exps)})", file=log)
+    with job_log(sm):
+        exps = list(sm.params.meta["experiments"])
+        write_paper_inputs(sm.params.meta, dict(zip(exps, sm.input.best)), dict(zip(exps, sm.input.cells)),
+                           sm.output.numbers, sm.output.setup, sm.input.tex)
+        print(f"{len(exps)} experiments ({', '.join(exps)})")
 elif __name__ == "__main__":
     import yaml
 

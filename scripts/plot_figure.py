@@ -3,13 +3,15 @@
 plot_figure.py --kind width --best B.csv --cells C.csv --title T --scale demo OUT.pdf [OUT.png]"""
 import argparse
 
+from arrepro.files import job_log
 from arrepro.plots import render
 
 if "snakemake" in globals():
     sm = snakemake  # noqa: F821
-    render(sm.params.plot, sm.input.best, sm.input.cells, sm.params.title, sm.params.scale, list(sm.output),
-           metric=sm.params.metric, reference_lrs=sm.params.reference_lrs,
-           published=sm.input.get("published"))
+    with job_log(sm):
+        render(sm.params.plot, sm.input.best, sm.input.cells, sm.params.title, sm.params.scale, list(sm.output),
+               metric=sm.params.metric, reference_lrs=sm.params.reference_lrs,
+               published=sm.input.get("published"))
 elif __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     for k in ("kind", "best", "cells", "title", "scale"):

@@ -47,15 +47,16 @@ def test_every_figure_and_table_renders(tmp_path, scale):
         fabricate_cell(grid.cell_spec(c.task, c.model, c.width, c.layers, c.recipe, c.lr, c.seed), wd / c.path, rng)
     figures = [e for e, x in grid.experiments.items() if "plot" in x]
     tables = [e for e, x in grid.experiments.items() if "table" in x]
-    targets = [f"results/{e}.png" for e in figures] + [f"results/{e}.tex" for e in tables] + ["results/tables/cells.csv"]
+    out = f"results/{scale}"
+    targets = [f"{out}/{e}.png" for e in figures] + [f"{out}/{e}.tex" for e in tables] + [f"{out}/tables/cells.csv"]
     p = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--config", f"scale={scale}",
                         "--allowed-rules", "aggregate", "figure", "table", "cells_table", "--", *targets],
                        cwd=wd, capture_output=True, text=True)
-    logs = "".join(f.read_text()[-1500:] for f in (wd / "results/logs").rglob("*.log"))
+    logs = "".join(f.read_text()[-1500:] for f in (wd / out / "logs").rglob("*.log"))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:] + logs
     for t in targets:
         assert (wd / t).stat().st_size > (5000 if t.endswith(".png") else 200), t
     for e in tables:
-        assert "tabular" in (wd / f"results/{e}.tex").read_text(), e
-    every = pd.read_csv(wd / "results/tables/cells.csv")  # every cell once, shared ones included
+        assert "tabular" in (wd / f"{out}/{e}.tex").read_text(), e
+    every = pd.read_csv(wd / f"{out}/tables/cells.csv")  # every cell once, shared ones included
     assert sorted(every["cell_dir"]) == sorted(c.path for c in grid.all_cells())

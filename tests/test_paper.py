@@ -86,7 +86,8 @@ def fabricate_results(wd: Path, scale: str, config: dict) -> None:
 
     grid = Grid(config, scale)
     rng = np.random.default_rng(0)
-    (wd / "results/tables").mkdir(parents=True)
+    out = wd / grid.out
+    (out / "tables").mkdir(parents=True)
     for i, exp in enumerate(grid.experiments):
         cells = fabricate_cells(grid, exp, rng)
         if i == 0:
@@ -95,23 +96,23 @@ def fabricate_results(wd: Path, scale: str, config: dict) -> None:
             same = (cells[["series", "task", "model", "width", "layers", "lr"]]
                     == first[["series", "task", "model", "width", "layers", "lr"]]).all(axis=1)
             cells.loc[same, grid.metric(exp)] = PLANTED
-        cells.to_csv(wd / f"results/tables/{exp}_cells.csv", index=False)
-        best_over_lr(cells, grid.metric(exp)).to_csv(wd / f"results/tables/{exp}_best.csv", index=False)
+        cells.to_csv(out / f"tables/{exp}_cells.csv", index=False)
+        best_over_lr(cells, grid.metric(exp)).to_csv(out / f"tables/{exp}_best.csv", index=False)
         if "plot" in grid.experiments[exp]:
             fig, ax = plt.subplots(figsize=(6, 2.5))
             ax.plot([1, 2, 3], [0.2, 0.5, 0.9])
             ax.set_title(f"fabricated figure {exp}")
             for ext in ("pdf", "png"):
-                fig.savefig(wd / f"results/{exp}.{ext}")
+                fig.savefig(out / f"{exp}.{ext}")
             plt.close(fig)
         elif "table" in grid.experiments[exp]:
-            t = wd / "results/tables"
+            t = out / "tables"
             if render_table is not None:  # the workflow's own table writer
                 render_table(grid.experiments[exp]["table"], t / f"{exp}_best.csv", t / f"{exp}_cells.csv",
                              grid.experiment_models(exp), grid.metric(exp), scale,
-                             wd / f"results/{exp}.csv", wd / f"results/{exp}.tex")
+                             out / f"{exp}.csv", out / f"{exp}.tex")
             else:
-                (wd / f"results/{exp}.tex").write_text(
+                (out / f"{exp}.tex").write_text(
                     "\\begin{tabular}{lr}\\toprule\nmodel & accuracy \\\\\\midrule\n"
                     f"{exp.replace('_', '-')} & 0.5 \\\\\n\\bottomrule\n\\end{{tabular}}\n")
 
@@ -123,12 +124,12 @@ def test_paper_builds_from_the_results(tex, tmp_path, scale):
     config = yaml.safe_load((wd / "config.yaml").read_text())
     fabricate_results(wd, scale, config)
     p = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--config", f"scale={scale}",
-                        "--allowed-rules", "paper_numbers", "paper", "--", "results/paper.pdf"],
+                        "--allowed-rules", "paper_numbers", "paper", "--", f"results/{scale}/paper.pdf"],
                        cwd=wd, capture_output=True, text=True,
                        env={**os.environ, "max_print_line": "10000"})  # TeX's log: one file name a line
-    log = wd / "results/logs/paper.log"
+    log = wd / f"results/{scale}/logs/paper.log"
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
-    pdf = wd / "results/paper.pdf"
+    pdf = wd / f"results/{scale}/paper.pdf"
     info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
     pages = int(next(line.split()[-1] for line in info.splitlines() if line.startswith("Pages:")))
     n_exp = len(Grid(config, scale).experiments)
@@ -137,7 +138,7 @@ def test_paper_builds_from_the_results(tex, tmp_path, scale):
     flat = " ".join(text.split())
     assert f"Scale of every number in this document: {scale}" in flat
     assert f"{100 * PLANTED:.1f}%" in flat  # drawn from the fabricated tables, not typed
-    tex_log = (wd / "results/paper/build/main.log").read_text(errors="replace")
+    tex_log = (wd / f"results/{scale}/paper/build/main.log").read_text(errors="replace")
     assert "Float too large" not in tex_log
     for exp, e in Grid(config, scale).experiments.items():  # every figure and table is in
         if "plot" in e:

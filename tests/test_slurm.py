@@ -159,7 +159,7 @@ def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
     grid, _ = paper_specs(config)
     exp = "fig1" if "fig1" in grid.experiments else next(iter(grid.experiments))
     env = {k: v for k, v in os.environ.items() if k != "ARREPRO_SCALE"}
-    p = subprocess.run(SNAKEMAKE + ["-n", "--profile", "slurm", f"results/tables/{exp}_best.csv", "--sdm", "env-modules"],
+    p = subprocess.run(SNAKEMAKE + ["-n", "--profile", "slurm", f"{grid.out}/tables/{exp}_best.csv", "--sdm", "env-modules"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     groups = len(re.findall(r"Group job \S+ \(jobs in lexicogr", p.stdout))
@@ -461,11 +461,11 @@ def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, fa
         assert untimed(json.loads((a / "result.json").read_text())) == untimed(json.loads((b / "result.json").read_text()))
         rows = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
         assert untimed(rows(a)) == untimed(rows(b))
-    tables = sorted(p.relative_to(local) for p in (local / "results" / "tables").glob("*.csv"))
+    tables = sorted(p.relative_to(local) for p in (local / "results" / "tiny" / "tables").glob("*.csv"))
     assert tables
     for t in tables:
         assert read_table(local / t) == read_table(via_slurm / t), t
-    for fig in (local / "results").glob("*.pdf"):
+    for fig in (local / "results" / "tiny").glob("*.pdf"):
         assert (via_slurm / fig.relative_to(local)).stat().st_size > 0
 
     # what Slurm ran: every job completed; the cells as bundles on the GPU partition, the rest on the CPU one

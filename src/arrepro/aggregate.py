@@ -9,11 +9,11 @@ tied: the statistics are the same, but the reported LR is not an edge of the goo
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from .files import read_csv, read_json
 from .grid import task_seq_len
 
 TIE_TOL = 1e-9  # means closer than this are tied (ties at accuracy 1.0 are common on MQAR)
@@ -24,7 +24,7 @@ GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "l
 def load_results(paths: list[str | Path]) -> pd.DataFrame:
     rows = []
     for p in paths:
-        r = json.loads(Path(p).read_text())
+        r = read_json(p)
         cell = r.pop("cell")
         r["seq_len"] = task_seq_len(cell["task_def"])
         r["cell_dir"] = str(Path(p).parent)
@@ -81,7 +81,7 @@ def merge_cell_tables(cell_csvs, out_csv) -> None:
     """One row per cell, from the experiments' cell tables (a cell shared by experiments or
     series appears once): the same rows as ``write_tables`` over every cell's result, read from a
     handful of tables instead of thousands of result files."""
-    df = pd.concat([pd.read_csv(p) for p in cell_csvs], ignore_index=True).drop(columns="series")
+    df = pd.concat([read_csv(p) for p in cell_csvs], ignore_index=True).drop(columns="series")
     df = df.drop_duplicates("cell_dir").sort_values(CONFIG_KEYS)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)

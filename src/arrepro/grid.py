@@ -11,20 +11,55 @@ same folder and it is trained once.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import itertools
 import json
+import math
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 CELL_ROOT = "results/cells"
 CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s{seed}"
+# one folder name of a path built from config: no '/', no leading '.' or '-', no spaces, quotes
+# or shell syntax (config names are letters, digits, '_' and '-'; a formatted lr adds '.' and '+')
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+# arguments every mixer gets from the backbone, not from mixer_kwargs
+BACKBONE_ARGS = {"self", "d_model", "max_len"}
 
 
 class ConfigError(ValueError):
     """A config value that the schema cannot catch (a dangling reference, say); names its key."""
+
+
+def check_path(path: str, key: str, root: str | None = "results") -> str:
+    """``path`` itself if it is a relative, normalised path (under ``root/`` when one is given)
+    whose every folder name is plain (``PLAIN_NAME``): no ``..``, no absolute path, no space,
+    quote or shell syntax. Else a ConfigError naming ``key``. Every path the workflow builds from
+    config names passes here (``Grid._check_paths``)."""
+    parts = path.split("/")
+    if (posixpath.normpath(path) != path or (root is not None and (parts[0] != root or len(parts) < 2))
+            or not all(PLAIN_NAME.fullmatch(p) for p in parts)):
+        where = f"under {root}/" if root else "inside the repository"
+        raise ConfigError(f"{key}: the path {path!r} is not a plain path {where} "
+                          "(names: letters, digits, '_' and '-')")
+    return path
+
+
+def check_finite(obj, key: str = "") -> None:
+    """Refuse NaN and infinite numbers anywhere in ``obj`` (the schema's number type admits
+    YAML's .inf and .nan), naming the key."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ConfigError(f"{key}: {obj} is not a finite number")
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            check_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            check_finite(v, f"{key}[{i}]")
 
 
 def prepare_job_environment(root: str | Path) -> None:
@@ -45,8 +80,8 @@ DATA_SOURCES = ("src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src
 
 def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
     """Source files (relative to the repository root) that shape a cell of this mixer. The
-    train rule declares them as inputs (Snakemake does not track imported modules), and a
-    checkpoint is resumed only if their contents are unchanged. A mixer file that imports a
+    train rule records their code digest as a param (Snakemake does not track imported
+    modules), and a checkpoint is resumed only if their contents are unchanged. A mixer file that imports a
     sibling mixer (``from .deltanet import ...``) depends on that file too."""
     return list(_train_sources(mixer, str(root)))
 
@@ -68,14 +103,56 @@ def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     return tuple(files + [f"{pkg}/models/mixers/{m}.py" for m in seen])
 
 
+def one_of(names) -> str:
+    """A wildcard constraint (a regex) matching exactly these names, nothing at all if there are
+    none; names are escaped ('.' in a name matches only '.')."""
+    return "|".join(re.escape(n) for n in names) or "(?!x)x"
+
+
 def task_seq_len(task: dict) -> int:
     """The length of a task's model inputs: MQAR's ``seq_len``; the copy task's padded example
     (``CopySpec.seq_len``, which depends on ``max_len``)."""
-    if task.get("kind") == "copy":
-        from .data.copying import CopySpec
+    from .data import task_spec
 
-        return CopySpec(**{k: task[k] for k in CopySpec.__dataclass_fields__ if k in task}).seq_len
-    return int(task["seq_len"])
+    return int(task_spec(task).seq_len)
+
+
+@functools.lru_cache(maxsize=None)
+def mixer_arguments(mixer: str, root: str) -> frozenset[str] | None:
+    """The keyword arguments a mixer's constructor accepts beyond ``d_model`` and ``max_len``,
+    read from the syntax tree of its file (no torch import): the ``__init__`` of the class
+    registered as ``mixer``; a ``**kwargs`` handed to a base class imported from a sibling mixer
+    file adds that class's. None where that cannot be told (any keyword then passes)."""
+    mixers = Path(root) / "src" / "arrepro" / "models" / "mixers"
+
+    def registered(cls: ast.ClassDef) -> bool:
+        return any(isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)
+                   and d.args[0].value == mixer for d in cls.decorator_list)
+
+    def arguments(file: Path, pick) -> frozenset[str] | None:
+        if not file.exists():
+            return None
+        tree = ast.parse(file.read_text())
+        cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and pick(n)), None)
+        if cls is None:
+            return None
+        init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        names: set[str] = set()
+        if init is not None:
+            a = init.args
+            names = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} - BACKBONE_ARGS
+            if a.kwarg is None:
+                return frozenset(names)
+        # no __init__, or **kwargs: what the base class takes, if it is a sibling mixer's class
+        siblings = {alias.asname or alias.name: (n.module, alias.name) for n in tree.body
+                    if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module for alias in n.names}
+        base = next((siblings[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in siblings), None)
+        if base is None:
+            return None
+        inherited = arguments(mixers / f"{base[0]}.py", lambda n: n.name == base[1])
+        return None if inherited is None else frozenset(names | inherited)
+
+    return arguments(mixers / f"{mixer}.py", registered)
 
 
 def short_hash(obj) -> str:
@@ -83,7 +160,13 @@ def short_hash(obj) -> str:
 
 
 def fmt_lr(lr: float) -> str:
-    return f"{float(lr):.3g}"
+    """A learning rate's folder name, exact: ``float(fmt_lr(x)) == x`` for every float, so two
+    learning rates never share a cell and a cell trains exactly the config's value. Three
+    significant digits where they are exact (the names finished cells already have), else
+    Python's shortest round-trip form."""
+    lr = float(lr)
+    short = f"{lr:.3g}"
+    return short if float(short) == lr else repr(lr)
 
 
 def task_id(name: str, task: dict) -> str:
@@ -122,6 +205,8 @@ class Grid:
         if self.scale_name not in config["scales"]:
             raise ConfigError(f"scale: {self.scale_name!r} is not one of {sorted(config['scales'])}")
         self.scale = config["scales"][self.scale_name]
+        # this scale's outputs (figures, tables, paper, logs); cells and data are shared by scales
+        self.out = f"results/{self.scale_name}"
         self.models = config["models"]
         self.task_names = {n: task_id(n, t) for n, t in self.scale["tasks"].items()}
         self.tasks = {self.task_names[n]: {"name": n, **t} for n, t in self.scale["tasks"].items()}
@@ -129,16 +214,34 @@ class Grid:
         self.recipes = {self.recipe_names[n]: {"name": n, **r} for n, r in self.scale["recipes"].items()}
         self.experiments = self.scale["experiments"]
         self._specs: dict[tuple, dict] = {}
+        self._cells: dict[str, list[Cell]] = {}
         self._check()
 
     # -- validation beyond the schema -------------------------------------------------------
     def _check(self) -> None:
+        check_finite(self.config)
         on_disk = _mixer_names()
+        root = str(Path(__file__).resolve().parents[2])
         for name, m in self.models.items():
             if on_disk is not None and m["mixer"] not in on_disk:
                 raise ConfigError(f"models.{name}.mixer: unknown mixer {m['mixer']!r}; known: {sorted(on_disk)}")
+            accepted = mixer_arguments(m["mixer"], root) if on_disk is not None else None
+            for k in m.get("mixer_kwargs", {}):
+                if accepted is not None and k not in accepted:
+                    raise ConfigError(f"models.{name}.mixer_kwargs.{k}: mixer {m['mixer']!r} takes no argument "
+                                      f"{k!r}; it takes: {', '.join(sorted(accepted)) or 'none'}")
         base = f"scales.{self.scale_name}"
+        from .data import task_spec
+
+        for name, t in self.scale["tasks"].items():
+            try:
+                task_spec(t).validate()
+            except (ValueError, TypeError) as err:
+                raise ConfigError(f"{base}.tasks.{name}: {err}") from None
         for exp, e in self.experiments.items():
+            kind = "plot" if exp.startswith("fig") else "table"
+            if kind not in e:
+                raise ConfigError(f"{base}.experiments.{exp}: a {exp[:3]}* experiment needs a '{kind}' key")
             for i, g in enumerate(e["grids"]):
                 where = f"{base}.experiments.{exp}.grids[{i}]"
                 for key, known in (("tasks", self.task_names), ("models", self.models)):
@@ -148,11 +251,44 @@ class Grid:
                 if g["recipe"] not in self.recipe_names:
                     raise ConfigError(f"{where}.recipe: unknown recipe {g['recipe']!r}; known: {sorted(self.recipe_names)}")
                 self.lrs(g, where)
-            kind = "plot" if exp.startswith("fig") else "table"
-            if kind not in e:
-                raise ConfigError(f"{base}.experiments.{exp}: a {exp[:3]}* experiment needs a '{kind}' key")
+                recipe = self.scale["recipes"][g["recipe"]]
                 for t in g["tasks"]:
-                    self.batch_size(self.scale["recipes"][g["recipe"]], self.scale["tasks"][t], f"{base}.recipes.{g['recipe']}")
+                    task = self.scale["tasks"][t]
+                    bs = self.batch_size(recipe, task, f"{base}.recipes.{g['recipe']}")
+                    if bs > task["n_train"]:
+                        raise ConfigError(f"{base}.recipes.{g['recipe']}.batch_size: {bs} exceeds the {task['n_train']} "
+                                          f"training examples of task {t} ({where})")
+        self._check_paths()
+
+    def _check_paths(self) -> None:
+        """Every path built from config names stays under results/ (check_path): the data and
+        cell folders, each experiment's outputs; a published CSV stays inside the repository."""
+        base = f"scales.{self.scale_name}"
+        check_path(self.out, "scale")
+        for name, tid in self.task_names.items():
+            check_path(f"results/data/{tid}", f"{base}.tasks.{name}")
+        seen = set()
+        for exp, e in self.experiments.items():
+            for name in self.outputs(exp):
+                check_path(name, f"{base}.experiments.{exp}")
+            if "published" in e:
+                check_path(e["published"], f"{base}.experiments.{exp}.published", root=None)
+            for i, g in enumerate(e["grids"]):
+                for t, m, lr in itertools.product(g["tasks"], g["models"], self.lrs(g)):
+                    key = (t, m, g["recipe"], lr)
+                    if key not in seen:
+                        seen.add(key)
+                        cell = Cell(self.task_names[t], m, 1, 1, self.recipe_names[g["recipe"]], fmt_lr(lr), 0)
+                        check_path(cell.path, f"{base}.experiments.{exp}.grids[{i}]")
+
+    def tables(self, exp: str) -> list[str]:
+        """An experiment's aggregated tables: its cells and its best-over-LR statistics."""
+        return [f"{self.out}/tables/{exp}_{t}.csv" for t in ("cells", "best")]
+
+    def outputs(self, exp: str) -> list[str]:
+        """The files an experiment's figure or table rule writes, and its aggregated tables."""
+        exts = ("pdf", "png") if "plot" in self.experiments[exp] else ("csv", "tex")
+        return [f"{self.out}/{exp}.{x}" for x in exts] + self.tables(exp)
 
     def lrs(self, grid: dict, where: str = "") -> list[float]:
         lrs = grid["lrs"]
@@ -160,7 +296,12 @@ class Grid:
             if lrs not in self.config["lr_grids"]:
                 raise ConfigError(f"{where}.lrs: unknown lr grid {lrs!r}; known: {sorted(self.config['lr_grids'])}")
             lrs = self.config["lr_grids"][lrs]
-        return [float(x) for x in lrs]
+        lrs = [float(x) for x in lrs]
+        names = [fmt_lr(x) for x in lrs]
+        if len(set(names)) < len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ConfigError(f"{where}.lrs: learning rate(s) {', '.join(dup)} given twice")
+        return lrs
 
     @staticmethod
     def batch_size(recipe: dict, task: dict, where: str = "") -> int:
@@ -183,8 +324,10 @@ class Grid:
         ]
 
     def experiment_cells(self, exp: str) -> list[Cell]:
-        cells = [c for g in self.experiments[exp]["grids"] for c in self.grid_cells(g)]
-        return list(dict.fromkeys(cells))
+        if exp not in self._cells:  # memoised: the workflow asks several times per experiment
+            cells = [c for g in self.experiments[exp]["grids"] for c in self.grid_cells(g)]
+            self._cells[exp] = list(dict.fromkeys(cells))
+        return self._cells[exp]
 
     def all_cells(self) -> list[Cell]:
         return list(dict.fromkeys(c for e in self.experiments for c in self.experiment_cells(e)))

@@ -81,7 +81,9 @@ def fmt_int(n) -> str:
 
 # --------------------------------------------------------------------------- reading
 def read_csv(path, columns: list[str]) -> pd.DataFrame:
-    df = pd.read_csv(path)
+    from .files import read_csv as read_file
+
+    df = read_file(path)
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}; has {list(df.columns)}")

@@ -88,7 +88,9 @@ def lr_window(cells: pd.DataFrame, metric: str, tol: float = 0.05) -> pd.DataFra
 
 def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric: str, scale: str,
                  csv_path: str, tex_path: str) -> None:
-    best = pd.read_csv(best_csv)
+    from .files import read_csv
+
+    best = read_csv(best_csv)
     if kind == "accuracy":
         df, note = accuracy_table(best, models), "Best-over-LR accuracy, mean ± std over seeds."
     elif kind == "positional":
@@ -96,7 +98,7 @@ def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric:
     elif kind == "copy":
         df, note = copy_table(best, models), "Copy task, string exact match, best over LR, mean ± std over seeds."
     elif kind == "lr_window":
-        df = lr_window(pd.read_csv(cells_csv), metric)
+        df = lr_window(read_csv(cells_csv), metric)
         note = "Good-LR window: learning rates within 0.05 of the best mean accuracy."
     else:
         raise ValueError(f"unknown table kind {kind!r}")

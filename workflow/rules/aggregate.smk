@@ -1,18 +1,20 @@
 # Stage 3: tidy tables of finished cells and best-over-LR statistics.
 
+AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/files.py", "scripts/aggregate.py")
+
 
 rule aggregate:
     output:
-        cells="results/tables/{exp}_cells.csv",
-        best="results/tables/{exp}_best.csv",
+        cells=f"{OUT}/tables/{{exp}}_cells.csv",
+        best=f"{OUT}/tables/{{exp}}_best.csv",
     input:
         results=lambda wc: cell_results(GRID.experiment_cells(wc.exp)),
-        src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
     params:
+        code=AGGREGATE_CODE,
         series=lambda wc: GRID.series_of(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
     log:
-        "results/logs/aggregate/{exp}.log",
+        f"{OUT}/logs/aggregate/{{exp}}.log",
     wildcard_constraints:
         exp=one_of(EXPERIMENTS),
     conda:
@@ -25,12 +27,13 @@ rule aggregate:
 # would cost Snakemake over a minute to plan at the paper scale.
 rule cells_table:
     output:
-        "results/tables/cells.csv",
+        f"{OUT}/tables/cells.csv",
     log:
-        "results/logs/aggregate/cells.log",
+        f"{OUT}/logs/aggregate/cells.log",
     input:
-        tables=[f"results/tables/{e}_cells.csv" for e in EXPERIMENTS],
-        src=["src/arrepro/aggregate.py", "scripts/aggregate.py"],
+        tables=[f"{OUT}/tables/{e}_cells.csv" for e in EXPERIMENTS],
+    params:
+        code=AGGREGATE_CODE,
     conda:
         "../../envs/plots.yaml"
     script:

@@ -1,9 +1,12 @@
 # Shared by every stage: the grid of the selected scale and small helpers (no rules here).
+import functools
 import json
+import os
 
 from snakemake.exceptions import WorkflowError
 
-from arrepro.grid import CELL_PATTERN, ConfigError, Grid, prepare_job_environment, train_sources
+from arrepro.digest import source_digest
+from arrepro.grid import CELL_PATTERN, ConfigError, Grid, one_of, prepare_job_environment, train_sources
 
 # Jobs find the package and the interpreter running this workflow (a conda env, when one is
 # used, is activated in front of it).
@@ -14,6 +17,7 @@ try:
 except (ConfigError, KeyError) as err:
     raise WorkflowError(f"config.yaml: {err}")
 
+OUT = GRID.out  # results/{scale}: this scale's figures, tables, paper and logs
 EXPERIMENTS = list(GRID.experiments)
 FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
 TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
@@ -21,9 +25,27 @@ CELL_RESULT = f"{CELL_PATTERN}/result.json"
 CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
 
 
-def one_of(names):
-    """A wildcard constraint matching exactly these names (nothing at all if there are none)."""
-    return "|".join(names) or "(?!x)x"
+def code(*paths):
+    """A digest of these source files' code (comments, docstrings, formatting ignored). Rules
+    record it as a param instead of declaring the files as inputs: Snakemake reruns a job when
+    its params change, so a comment edit reruns nothing and a code edit exactly its jobs."""
+    return source_digest(paths, ROOT)
+
+
+@functools.lru_cache(maxsize=None)
+def train_code(mixer):
+    """The code digest of a cell of this mixer (once per mixer, not per cell)."""
+    return code(*train_sources(mixer, ROOT), "scripts/train_cell.py")
+
+
+def missing_cell_files():
+    """The result and metrics files that do not exist now, of the cells of experiments whose
+    tables do (an experiment without its tables is rebuilt anyway, with every missing cell: on a
+    fresh run this lists nothing, and the planning stays as fast)."""
+    built = [e for e in EXPERIMENTS if all(os.path.exists(f) for f in GRID.tables(e))]
+    cells = dict.fromkeys(c for e in built for c in GRID.experiment_cells(e))
+    files = (f"{c.path}/{name}" for c in cells for name in ("result.json", "metrics.jsonl"))
+    return [f for f in files if not os.path.exists(f)]
 
 
 def cell_results(cells):
@@ -36,7 +58,7 @@ def mixer_of(wc):
 
 def figure_inputs(wc):
     exp = GRID.experiments[wc.exp]
-    inputs = {"cells": f"results/tables/{wc.exp}_cells.csv", "best": f"results/tables/{wc.exp}_best.csv"}
+    inputs = {"cells": f"{OUT}/tables/{wc.exp}_cells.csv", "best": f"{OUT}/tables/{wc.exp}_best.csv"}
     if "published" in exp:
         inputs["published"] = exp["published"]
     if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics

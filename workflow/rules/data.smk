@@ -5,17 +5,16 @@ rule data:
     output:
         train="results/data/{task}/train.npz",
         test="results/data/{task}/test.npz",
-    input:
-        src=["src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src/arrepro/data/copying.py",
-             "scripts/make_data.py"],
     params:
+        code=code("src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src/arrepro/data/copying.py",
+                  "scripts/make_data.py"),
         task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}),
     log:
-        "results/logs/data/{task}.log",
+        f"{OUT}/logs/data/{{task}}.log",
     resources:
         mem_mb=4000,
         runtime=10,
     conda:
         "../../envs/data.yaml"
     shell:
-        "python scripts/make_data.py --task-json {params.task:q} --out results/data/{wildcards.task} > {log} 2>&1"
+        "python scripts/make_data.py --task-json {params.task:q} --out results/data/{wildcards.task:q} > {log:q} 2>&1"

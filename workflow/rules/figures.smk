@@ -4,19 +4,19 @@
 
 rule figure:
     output:
-        pdf="results/{exp}.pdf",
-        png="results/{exp}.png",
+        pdf=f"{OUT}/{{exp}}.pdf",
+        png=report(f"{OUT}/{{exp}}.png", caption="../report/figure.rst", category="Figures", labels={"experiment": "{exp}"}),
     input:
         unpack(figure_inputs),
-        src=["src/arrepro/plots.py", "scripts/plot_figure.py"],
     params:
+        code=code("src/arrepro/plots.py", "src/arrepro/files.py", "scripts/plot_figure.py"),
         plot=lambda wc: GRID.experiments[wc.exp]["plot"],
         title=lambda wc: GRID.experiments[wc.exp].get("title", wc.exp),
         scale=GRID.scale_name,
         metric=lambda wc: GRID.metric(wc.exp),
         reference_lrs=lambda wc: GRID.reference_lrs(wc.exp),
     log:
-        "results/logs/figures/{exp}.log",
+        f"{OUT}/logs/figures/{{exp}}.log",
     wildcard_constraints:
         exp=one_of(FIGURES),
     conda:
@@ -27,19 +27,20 @@ rule figure:
 
 rule table:
     output:
-        csv="results/{exp}.csv",
-        tex="results/{exp}.tex",
+        csv=report(f"{OUT}/{{exp}}.csv", caption="../report/table.rst", category="Tables", labels={"experiment": "{exp}"}),
+        tex=f"{OUT}/{{exp}}.tex",
     input:
-        cells="results/tables/{exp}_cells.csv",
-        best="results/tables/{exp}_best.csv",
-        src=["src/arrepro/tables.py", "scripts/make_table.py"],
+        cells=f"{OUT}/tables/{{exp}}_cells.csv",
+        best=f"{OUT}/tables/{{exp}}_best.csv",
     params:
+        code=code("src/arrepro/tables.py", "src/arrepro/files.py", "scripts/make_table.py"),
         table=lambda wc: GRID.experiments[wc.exp]["table"],
+        title=lambda wc: GRID.experiments[wc.exp].get("title", wc.exp),
         models=lambda wc: GRID.experiment_models(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
         scale=GRID.scale_name,
     log:
-        "results/logs/tables/{exp}.log",
+        f"{OUT}/logs/tables/{{exp}}.log",
     wildcard_constraints:
         exp=one_of(TABLES),
     conda:

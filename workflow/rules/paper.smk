@@ -1,20 +1,21 @@
-# Stage 5: the manuscript, results/paper.pdf. Its prose is paper/main.tex; every number in it is a
+# Stage 5: the manuscript, results/{scale}/paper.pdf. Its prose is paper/main.tex; every number in it is a
 # macro that paper_numbers computes from the experiments' tables, and it includes every figure
-# (results/EXP.pdf) and table (results/EXP.tex) that the scale declares (the Snakefile's FIGURES
+# (results/{scale}/EXP.pdf) and table (results/{scale}/EXP.tex) that the scale declares (the Snakefile's FIGURES
 # and TABLES, from GRID.experiments).
 
 
 rule paper_numbers:
     output:
-        numbers="results/paper/numbers.tex",
-        setup="results/paper/setup.tex",
+        numbers=f"{OUT}/paper/numbers.tex",
+        setup=f"{OUT}/paper/setup.tex",
     input:
-        best=[f"results/tables/{e}_best.csv" for e in EXPERIMENTS],
-        cells=[f"results/tables/{e}_cells.csv" for e in EXPERIMENTS],
-        src=["src/arrepro/paper.py", "src/arrepro/claims.py", "src/arrepro/fidelity.py", "src/arrepro/tables.py", "scripts/paper_numbers.py"],
+        best=[f"{OUT}/tables/{e}_best.csv" for e in EXPERIMENTS],
+        cells=[f"{OUT}/tables/{e}_cells.csv" for e in EXPERIMENTS],
         # read for its \R{key}s: one that numbers.tex cannot define fails here, naming the key
         tex="paper/main.tex",
     params:
+        code=code("src/arrepro/paper.py", "src/arrepro/claims.py", "src/arrepro/fidelity.py", "src/arrepro/tables.py",
+                  "src/arrepro/files.py", "scripts/paper_numbers.py"),
         # what the manuscript says about the setup, from the config (arrepro.paper.grid_meta)
         meta={
             "scale": GRID.scale_name,
@@ -29,7 +30,7 @@ rule paper_numbers:
             "models": config["models"],
         },
     log:
-        "results/logs/paper_numbers.log",
+        f"{OUT}/logs/paper_numbers.log",
     conda:
         "../../envs/paper.yaml"
     script:
@@ -38,39 +39,43 @@ rule paper_numbers:
 
 # pdflatex + bibtex (Debian: texlive-latex-base texlive-latex-recommended texlive-fonts-recommended)
 # where no tectonic is on PATH; with --sdm conda, envs/paper.yaml's tectonic (its first run fetches
-# the TeX packages it needs). Run from the repository root: main.tex names files from there.
+# the TeX packages it needs). main.tex names its inputs results/EXP.pdf, results/paper/numbers.tex
+# and paper/refs: it is built inside results/{scale}/paper/build, where `results` links to this
+# scale's outputs (results/{scale}) and `paper` to the repository's paper/.
 rule paper:
     output:
-        "results/paper.pdf",
+        f"{OUT}/paper.pdf",
     input:
         tex="paper/main.tex",
         bib="paper/refs.bib",
-        numbers="results/paper/numbers.tex",
-        setup="results/paper/setup.tex",
-        figures=[f"results/{e}.pdf" for e in FIGURES],
-        tables=[f"results/{e}.tex" for e in TABLES],
+        numbers=f"{OUT}/paper/numbers.tex",
+        setup=f"{OUT}/paper/setup.tex",
+        figures=[f"{OUT}/{e}.pdf" for e in FIGURES],
+        tables=[f"{OUT}/{e}.tex" for e in TABLES],
     params:
-        build="results/paper/build",
+        build=f"{OUT}/paper/build",
         latex="-interaction=nonstopmode -halt-on-error -file-line-error",
     log:
-        "results/logs/paper.log",
+        f"{OUT}/logs/paper.log",
     conda:
         "../../envs/paper.yaml"
     shell:
         """
-        rm -rf {params.build} && mkdir -p {params.build}
+        log=$(pwd)/{log:q}
+        rm -rf {params.build:q} && mkdir -p {params.build:q}
+        ln -s ../.. {params.build:q}/results && ln -s ../../../../paper {params.build:q}/paper
+        cd {params.build:q}
         if command -v tectonic >/dev/null 2>&1; then
-            tectonic -X compile --keep-logs --outdir {params.build} -Z search-path=. {input.tex} > {log} 2>&1
+            tectonic -X compile --keep-logs --outdir . -Z search-path=. paper/main.tex > "$log" 2>&1
         elif command -v pdflatex >/dev/null 2>&1; then
-            (pdflatex {params.latex} -output-directory {params.build} {input.tex} \
-             && bibtex {params.build}/main \
-             && pdflatex {params.latex} -output-directory {params.build} {input.tex} \
-             && pdflatex {params.latex} -output-directory {params.build} {input.tex}) > {log} 2>&1 \
-             || (tail -n 40 {log} >&2; exit 1)
+            (pdflatex {params.latex} paper/main.tex && bibtex main \
+             && pdflatex {params.latex} paper/main.tex && pdflatex {params.latex} paper/main.tex) > "$log" 2>&1 \
+             || (tail -n 40 "$log" >&2; exit 1)
         else
             echo "no TeX engine: install Debian's texlive-latex-base texlive-latex-recommended" \
-                 "texlive-fonts-recommended, or run with --sdm conda" | tee {log} >&2
+                 "texlive-fonts-recommended, or run with --sdm conda" | tee "$log" >&2
             exit 1
         fi
-        cp {params.build}/main.pdf {output}
+        cd - > /dev/null
+        cp {params.build:q}/main.pdf {output:q}
         """

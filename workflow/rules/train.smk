@@ -1,5 +1,6 @@
 # Stage 2: one job per cell (task, model, width, layers, recipe, lr, seed).
-# The model's source files are declared inputs: editing a mixer reruns only its cells.
+# The code digest of the model's source files is a param: a code edit in a mixer reruns only its
+# cells, a comment edit nothing.
 
 
 from arrepro import resources as cluster  # noqa: E402  (wall time, memory, groups of a cell)
@@ -12,13 +13,18 @@ rule train:
     input:
         train="results/data/{task}/train.npz",
         test="results/data/{task}/test.npz",
-        src=lambda wc: train_sources(mixer_of(wc), ROOT) + ["scripts/train_cell.py"],
     params:
+        code=lambda wc: train_code(mixer_of(wc)),
         cell=lambda wc: json.dumps(GRID.cell_spec(**wc)),
         out=CELL_PATTERN,
+    # Snakemake empties a job's declared log before each attempt: job.log is this attempt's output;
+    # train.log gathers every attempt's (a resumed cell's history stays).
     log:
-        f"{CELL_PATTERN}/train.log",
+        f"{CELL_PATTERN}/job.log",
     wildcard_constraints:
+        task=one_of(GRID.tasks),
+        model=one_of(GRID.models),
+        recipe=one_of(GRID.recipes),
         width=r"\d+",
         layers=r"\d+",
         seed=r"\d+",
@@ -36,5 +42,5 @@ rule train:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task} "
-        "--out {params.out} --threads {threads} > {log} 2>&1"
+        "python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
+        "--out {params.out:q} --threads {threads} 2>&1 | tee -a {params.out:q}/train.log > {log:q}"

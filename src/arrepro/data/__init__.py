@@ -8,21 +8,30 @@ import numpy as np
 from .mqar import MQARSpec, make_splits
 
 
-def make_task(task: dict) -> dict[str, dict[str, np.ndarray]]:
+def task_spec(task: dict):
+    """The generator's spec of a config task (``MQARSpec`` or ``CopySpec``); its ``validate()``
+    states the task's limits (the workflow calls it before any job starts)."""
     kind = task["kind"]
     if kind == "mqar":
-        spec = MQARSpec(task["vocab_size"], task["seq_len"], task["num_kv_pairs"],
+        return MQARSpec(task["vocab_size"], task["seq_len"], task["num_kv_pairs"],
                         task.get("power_a", 0.01), task.get("random_non_queries", False))
+    if kind == "copy":
+        from .copying import CopySpec
+
+        return CopySpec(**{k: v for k, v in task.items() if k in CopySpec.__dataclass_fields__})
+    raise ValueError(f"task kind: unknown {kind!r}")
+
+
+def make_task(task: dict) -> dict[str, dict[str, np.ndarray]]:
+    spec = task_spec(task)
+    if task["kind"] == "mqar":
         splits = make_splits(spec, task["n_train"], task["n_test"], task["seed"])
         vocab = task["vocab_size"]
-    elif kind == "copy":
-        from .copying import CopySpec, make_copy_splits
+    else:
+        from .copying import make_copy_splits
 
-        spec = CopySpec(**{k: v for k, v in task.items() if k in CopySpec.__dataclass_fields__})
         splits = make_copy_splits(spec, task["n_train"], task["n_test"], task["seed"])
         vocab = spec.total_vocab
-    else:
-        raise ValueError(f"task kind: unknown {kind!r}")
     for s in splits.values():
         s["vocab_size"] = np.int64(vocab)
     return splits

@@ -1,0 +1,49 @@
+"""External programs a run needs, checked before any job starts (not after 15 minutes of
+training): the paper's TeX engine. ``python -m arrepro.tools [--install]`` checks them; with
+``--install``, as root where apt-get exists, installs Debian's packages (as tests/test_paper.py
+does); otherwise it prints the one command that installs them and exits 1."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+# pdflatex + bibtex from Debian, or tectonic (what envs/paper.yaml brings under --sdm conda)
+TEX_DEBIAN = ["texlive-latex-base", "texlive-latex-recommended", "texlive-fonts-recommended"]
+TEX_INSTALL = f"apt-get install -y --no-install-recommends {' '.join(TEX_DEBIAN)}"
+
+
+def missing_tex() -> str | None:
+    """None if the paper rule has a TeX engine on PATH, else what to do about it."""
+    if shutil.which("tectonic") or (shutil.which("pdflatex") and shutil.which("bibtex")):
+        return None
+    sudo = "" if os.geteuid() == 0 else "sudo "
+    return (f"the paper (results/<scale>/paper.pdf) needs pdflatex and bibtex, and none is on PATH; install "
+            f"them with:\n    {sudo}{TEX_INSTALL}\n(or put tectonic on PATH, or run Snakemake with --sdm conda)")
+
+
+def install_tex() -> bool:
+    """Install Debian's TeX packages (root and apt-get only); True if TeX is there afterwards."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return False
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    print(f"arrepro.tools: installing TeX for the paper: {TEX_INSTALL}", file=sys.stderr, flush=True)
+    for cmd in (["apt-get", "update", "-qq"], TEX_INSTALL.split() + ["-qq"]):
+        if subprocess.run(cmd, env=env).returncode != 0:
+            return False
+    return missing_tex() is None
+
+
+def main(argv: list[str]) -> int:
+    problem = missing_tex()
+    if problem and "--install" in argv and install_tex():
+        problem = None
+    if problem:
+        print(f"arrepro.tools: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

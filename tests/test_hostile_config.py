@@ -1,0 +1,196 @@
+"""A hostile or broken config.yaml is refused before any job starts, with a message that names the
+key (issue 12): names that would reach a shell or leave results/, non-finite numbers, unknown
+mixer arguments, impossible tasks, impossible batches. Snakemake runs on a copy of the workflow
+(tiny scale); a few checks of grid.py's own guards run without the schema in front of them."""
+import copy
+import re
+
+import pytest
+import yaml
+
+from arrepro.grid import ConfigError, Grid, check_path, mixer_arguments, one_of
+from test_workflow import ROOT, copy_workflow, edit_config, smk
+
+
+def fig2(c):
+    return c["scales"]["tiny"]["experiments"]["fig2"]
+
+
+def model_named(name):
+    def edit(c):
+        c["models"][name] = c["models"]["attention"]
+        fig2(c)["grids"][0]["models"] = [name]
+    return edit
+
+
+def recipe_named(name):
+    def edit(c):
+        c["scales"]["tiny"]["recipes"][name] = c["scales"]["tiny"]["recipes"].pop("tiny")
+        fig2(c)["grids"][0]["recipe"] = name
+    return edit
+
+
+def task_named(name):
+    def edit(c):
+        c["scales"]["tiny"]["tasks"][name] = c["scales"]["tiny"]["tasks"].pop("L16")
+        fig2(c)["grids"][0]["tasks"] = [name]
+    return edit
+
+
+def experiment_named(name):
+    def edit(c):
+        c["scales"]["tiny"]["experiments"][name] = c["scales"]["tiny"]["experiments"].pop("fig2")
+    return edit
+
+
+def refused(wd, p, *keys):
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out
+    for k in keys:
+        assert k in out, f"{k!r} not in the message:\n{out[-3000:]}"
+    assert "Job stats" not in p.stdout and not (wd / "results").exists(), "a job was planned or ran"
+
+
+# names that would run `touch X` in an unquoted shell word: a real run, then no X anywhere
+@pytest.mark.parametrize("make, name, key", [
+    (model_named, "a;touch X;b", "models"),
+    (model_named, "a$(touch X)b", "models"),
+    (recipe_named, "t;touch X;x", "recipes"),
+    (task_named, "L16;touch X", "tasks"),
+])
+def test_a_name_with_shell_syntax_is_refused_and_runs_nothing(tmp_path, make, name, key):
+    wd = copy_workflow(tmp_path)
+    edit_config(wd, make(name))
+    p = smk(wd, "--cores", "1", "results/tiny/tables/fig2_cells.csv", "--config", "scale=tiny", check=False)
+    refused(wd, p, key, name)
+    assert not list(tmp_path.rglob("X"))
+
+
+# names that would put a path outside results/, or break a command: refused by a dry run
+@pytest.mark.parametrize("make, name, key", [
+    (recipe_named, "../../tmp/x", "recipes"),
+    (experiment_named, "fig../../../../tmp/x", "experiments"),
+    (model_named, "my model", "models"),
+    (model_named, "it's", "models"),
+    (model_named, 'say"hi', "models"),
+    (model_named, "-rf", "models"),
+    (task_named, "../L16", "tasks"),
+])
+def test_a_name_that_is_not_a_plain_folder_name_is_refused(tmp_path, make, name, key):
+    wd = copy_workflow(tmp_path)
+    edit_config(wd, make(name))
+    refused(wd, smk(wd, "-n", "--config", "scale=tiny", check=False), key, name)
+
+
+@pytest.mark.parametrize("edit, keys", [
+    # non-finite numbers, anywhere in the config
+    (lambda c: fig2(c)["grids"][0].update(lrs=[float("inf")]), ["scales.tiny.experiments.fig2.grids[0].lrs[0]", "inf"]),
+    (lambda c: c["scales"]["tiny"]["recipes"]["tiny"].update(weight_decay=float("nan")),
+     ["scales.tiny.recipes.tiny.weight_decay", "nan"]),
+    (lambda c: c["lr_grids"]["demo"].append(float("inf")), ["lr_grids.demo[3]"]),
+    (lambda c: c["scales"]["tiny"]["recipes"]["tiny"].update(betas=[0.9, float("nan")]),
+     ["scales.tiny.recipes.tiny.betas[1]"]),
+    # a mixer argument its constructor does not take (attention: its own __init__; gated_deltanet:
+    # **kwargs handed to DeltaNet's, in a sibling file)
+    (lambda c: c["models"]["attention"]["mixer_kwargs"].update(nmu_heads=1),
+     ["models.attention.mixer_kwargs.nmu_heads", "num_heads"]),
+    (lambda c: c["models"]["gated_deltanet"]["mixer_kwargs"].update(head_dim=4),
+     ["models.gated_deltanet.mixer_kwargs.head_dim", "conv_size"]),
+    # tasks the generator cannot make: its own checks (MQARSpec.validate), before the data job
+    (lambda c: c["scales"]["tiny"]["tasks"]["L16"].update(num_kv_pairs=5), ["scales.tiny.tasks.L16", "num_kv_pairs"]),
+    (lambda c: c["scales"]["tiny"]["tasks"]["L16"].update(vocab_size=16), ["scales.tiny.tasks.L16", "vocab_size"]),
+    (lambda c: c["scales"]["tiny"]["tasks"]["L16"].pop("seq_len"), ["'seq_len' is a required property", "L16"]),
+    # batches: larger than the training set; no entry for the task's length
+    (lambda c: c["scales"]["tiny"]["recipes"]["tiny"].update(batch_size=512),
+     ["scales.tiny.recipes.tiny.batch_size", "256 training examples"]),
+    (lambda c: c["scales"]["tiny"]["recipes"]["tiny"].update(batch_size={8: 64}),
+     ["scales.tiny.recipes.tiny.batch_size", "sequence length 16"]),
+])
+def test_an_impossible_value_stops_before_any_job_naming_the_key(tmp_path, edit, keys):
+    wd = copy_workflow(tmp_path)
+    edit_config(wd, edit)
+    refused(wd, smk(wd, "-n", "--config", "scale=tiny", check=False), *keys)
+
+
+# -- grid.py's own guards, with no schema in front of them --------------------------------------
+
+def test_grid_refuses_a_cell_or_output_path_outside_results(config):
+    for make, key in ((recipe_named("../../../../tmp/x"), "scales.tiny.experiments.fig2.grids[0]"),
+                      (experiment_named("fig../../../../tmp/x"), "scales.tiny.experiments.fig../../../../tmp/x"),
+                      (model_named("a b"), "scales.tiny.experiments.fig2.grids[0]")):
+        c = copy.deepcopy(config)
+        make(c)
+        with pytest.raises(ConfigError, match=re.escape(key)):
+            Grid(c, "tiny")
+
+
+@pytest.mark.parametrize("path", ["results/../x", "/results/x", "results", "results/a b", "results/a/./b",
+                                  "results/$(x)", "results/a;b", "results/'a'", "data/x", "results//x"])
+def test_check_path_refuses(path):
+    with pytest.raises(ConfigError, match="key"):
+        check_path(path, "key")
+
+
+def test_check_path_accepts_the_grids_paths(config):
+    for scale in config["scales"]:
+        grid = Grid(config, scale)
+        for c in grid.all_cells()[:50]:
+            assert check_path(c.path, "k") == c.path
+    assert check_path("paper/zoology_fig2_readoffs.csv", "k", root=None)
+
+
+def test_one_of_escapes_names():
+    assert re.fullmatch(one_of(["a.b"]), "a.b") and not re.fullmatch(one_of(["a.b"]), "axb")
+    assert not re.fullmatch(one_of([]), "")
+
+
+def test_mixer_arguments_are_the_constructors():
+    """The ast reading agrees with the classes' real signatures (where torch is at hand)."""
+    import inspect
+
+    from arrepro.models.registry import available_mixers, get_mixer
+
+    for name in available_mixers():
+        cls = get_mixer(name)
+        params = set(inspect.signature(cls.__init__).parameters) - {"self", "d_model", "max_len", "kwargs"}
+        if cls.__init__ is not object.__init__ and "kwargs" in inspect.signature(cls.__init__).parameters:
+            params |= set(inspect.signature(cls.__mro__[1].__init__).parameters) - {"self", "d_model", "max_len"}
+        assert mixer_arguments(name, str(ROOT)) == params, name
+
+
+def test_every_configured_model_passes(config):
+    for scale in config["scales"]:
+        Grid(yaml.safe_load(yaml.safe_dump(config)), scale)
+
+
+# -- learning-rate folder names (issue 11): exact, never shared -------------------------------
+
+@pytest.mark.parametrize("lr", [1.0e-3, 1.0004e-3, 3.1623e-3, 0.1 + 0.2, 4.64e-4, 1.0e-5, 2.5, 1 / 3])
+def test_a_learning_rates_folder_name_round_trips(lr):
+    from arrepro.grid import fmt_lr
+
+    assert float(fmt_lr(lr)) == lr
+
+
+def test_close_learning_rates_get_their_own_cells_and_train_their_own_value(config):
+    c = copy.deepcopy(config)
+    fig2(c)["grids"][0]["lrs"] = [1.0e-3, 1.0004e-3]
+    grid = Grid(c, "tiny")
+    cells = grid.experiment_cells("fig2")
+    assert len({x.path for x in cells}) == 2
+    assert sorted(grid.cell_spec(x.task, x.model, x.width, x.layers, x.recipe, x.lr, x.seed)["lr"] for x in cells) \
+        == [1.0e-3, 1.0004e-3]
+
+
+def test_the_configs_learning_rates_keep_their_folder_names(config):
+    """Finished cells stay valid: every learning rate in config.yaml is named as before (%.3g)."""
+    for scale in config["scales"]:
+        for cell in Grid(config, scale).all_cells():
+            assert cell.lr == f"{float(cell.lr):.3g}"
+
+
+def test_a_learning_rate_given_twice_is_refused(config):
+    c = copy.deepcopy(config)
+    fig2(c)["grids"][0]["lrs"] = [1.0e-3, 0.001]
+    with pytest.raises(ConfigError, match=re.escape("scales.tiny.experiments.fig2.grids[0].lrs")):
+        Grid(c, "tiny")

@@ -1,0 +1,57 @@
+"""External programs are checked before any job starts: with no TeX engine on PATH, a run that
+will build the paper stops in its first seconds with the command that installs TeX, instead of
+training first and failing at the paper (issue 12). PATH is a copy of the machine's, minus TeX
+and apt-get."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_workflow import ROOT, SNAKEMAKE, copy_workflow
+
+HIDDEN = {"pdflatex", "bibtex", "tectonic", "latex", "xelatex", "lualatex", "apt-get"}
+
+
+@pytest.fixture(scope="module")
+def no_tex_path(tmp_path_factory):
+    """A PATH with every program of this one but TeX and apt-get (symlinks)."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    for d in [str(Path(sys.executable).parent)] + os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(d):
+            continue
+        for f in os.listdir(d):
+            if f not in HIDDEN and not (bin_dir / f).exists() and os.access(os.path.join(d, f), os.X_OK):
+                (bin_dir / f).symlink_to(os.path.join(d, f))
+    return str(bin_dir)
+
+
+def test_snakemake_stops_before_any_job_when_the_paper_has_no_tex(tmp_path, no_tex_path):
+    wd = copy_workflow(tmp_path)
+    p = subprocess.run(SNAKEMAKE + ["--cores", "1", "all", "--config", "scale=tiny"], cwd=wd,
+                       capture_output=True, text=True, env={**os.environ, "PATH": no_tex_path})
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "apt-get install" in out and "texlive-latex-base" in out, out[-3000:]
+    assert not (wd / "results").exists(), "a job ran before the check"
+
+
+def test_a_target_without_the_paper_needs_no_tex(tmp_path, no_tex_path):
+    wd = copy_workflow(tmp_path)
+    p = subprocess.run(SNAKEMAKE + ["--cores", "1", "results/tiny/tables/fig2_cells.csv", "--config", "scale=tiny"],
+                       cwd=wd, capture_output=True, text=True, env={**os.environ, "PATH": no_tex_path})
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+
+
+def test_the_tools_check_prints_the_install_command_where_it_cannot_install(no_tex_path):
+    p = subprocess.run([sys.executable, "-m", "arrepro.tools", "--install"], capture_output=True, text=True,
+                       env={**os.environ, "PATH": no_tex_path, "PYTHONPATH": str(ROOT / "src")})
+    assert p.returncode == 1 and "apt-get install -y --no-install-recommends texlive-latex-base" in p.stderr
+
+
+def test_make_demo_checks_the_tools_before_the_workflow():
+    p = subprocess.run(["make", "-n", "-o", ".venv/.installed", "demo"], cwd=ROOT, capture_output=True, text=True)
+    lines = p.stdout.splitlines()
+    check = next(i for i, x in enumerate(lines) if "-m arrepro.tools --install" in x)
+    run = next(i for i, x in enumerate(lines) if x.startswith("snakemake"))
+    assert check < run
