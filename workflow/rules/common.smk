@@ -6,7 +6,7 @@ import os
 from snakemake.exceptions import WorkflowError
 
 from arrepro.digest import source_digest
-from arrepro.grid import CELL_PATTERN, ConfigError, Grid, one_of, prepare_job_environment, train_sources
+from arrepro.grid import CELL_PATTERN, ConfigError, DATA_SOURCES, Grid, one_of, prepare_job_environment, train_sources
 
 # Jobs find the package and the interpreter running this workflow (a conda env, when one is
 # used, is activated in front of it).

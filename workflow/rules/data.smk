@@ -6,8 +6,7 @@ rule data:
         train="results/data/{task}/train.npz",
         test="results/data/{task}/test.npz",
     params:
-        code=code("src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src/arrepro/data/copying.py",
-                  "scripts/make_data.py"),
+        code=code(*DATA_SOURCES),
         task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}),
     log:
         f"{OUT}/logs/data/{{task}}.log",
