@@ -38,7 +38,7 @@ def test_the_paper_scale_against_appendix_a2():
     r = PAPER["recipes"]["paper"]
     assert (r["epochs"], r["warmup_frac"], r["weight_decay"]) == (50, 0.1, 0.1)
     for L, bs in ((64, 512), (128, 512), (256, 256), (512, 128)):
-        assert Grid.batch_size(r, {"kind": "mqar", "seq_len": L}) == bs
+        assert Grid.batch_size(r, {**PAPER["tasks"]["L64"], "seq_len": L}) == bs
     seeds = {tuple(g["seeds"]) for e in PAPER["experiments"].values() for g in e["grids"]}
     assert seeds == {(42, 123, 777, 456, 789)}
     for exp in ("fig2", "fig3", "fig11", "fig12"):

@@ -74,8 +74,8 @@ class H3(nn.Module):
 
     @staticmethod
     def resolve_d_state(d_state: int | str, max_len: int) -> int:
-        if d_state == "seq_len":
-            return int(max_len)
+        if d_state == "seq_len":  # rounded up to even: the modes come in conjugate pairs (MQAR's L is even)
+            return int(max_len) + int(max_len) % 2
         if isinstance(d_state, str):
             raise ValueError(f"h3: d_state must be an int or 'seq_len', got {d_state!r}")
         return int(d_state)
