@@ -20,6 +20,7 @@ import yaml
 from arrepro.aggregate import best_over_lr
 from arrepro.grid import Grid, task_seq_len
 from arrepro.paper import BEST_COLUMNS, grid_meta, is_replication, manuscript_keys, write_paper_inputs
+from arrepro.tools import apt_install
 
 try:
     from arrepro.tables import render_table
@@ -37,13 +38,9 @@ SCALES = list(yaml.safe_load((ROOT / "config.yaml").read_text())["scales"])
 def tex():
     if all(shutil.which(t) for t in TOOLS):
         return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip(f"needs {', '.join(TOOLS)}: apt-get install {' '.join(DEBIAN)} (as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *DEBIAN]):
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if p.returncode != 0:
-            pytest.skip(f"{' '.join(cmd)} failed: {p.stderr[-500:]}")
+    problem = apt_install(DEBIAN, capture=True)
+    if problem:
+        pytest.skip(f"needs {', '.join(TOOLS)}: {problem}")
     assert all(shutil.which(t) for t in TOOLS)
 
 

@@ -3,12 +3,12 @@ and table of the scale, each with its caption from config.yaml's title, opened i
 headless Chromium, which renders it and takes a screenshot (report-screenshot.png in the test's
 tmp folder; `pytest -s` prints its path). Chromium: installed as root with apt-get, else the
 test is skipped with the reason."""
-import os
 import shutil
 import subprocess
 
 import pytest
 
+from arrepro.tools import apt_install
 from test_workflow import copy_workflow, edit_config, smk
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -20,13 +20,9 @@ def chromium():
     exe = shutil.which("chromium")
     if exe:
         return exe
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("needs Debian's chromium: apt-get install chromium (as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]):
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if p.returncode != 0:
-            pytest.skip(f"{' '.join(cmd)} failed: {p.stderr[-500:]}")
+    problem = apt_install(["chromium"], capture=True)
+    if problem:
+        pytest.skip(f"needs Debian's chromium: {problem}")
     return shutil.which("chromium")
 
 

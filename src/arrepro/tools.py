@@ -23,16 +23,25 @@ def missing_tex() -> str | None:
             f"them with:\n    {sudo}{TEX_INSTALL}\n(or put tectonic on PATH, or run Snakemake with --sdm conda)")
 
 
+def apt_install(packages: list[str], capture: bool = False) -> str | None:
+    """Install Debian packages with apt-get (root only). None on success, else why not (for a
+    message or a test's skip reason). ``capture`` keeps apt-get's output out of the terminal."""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return f"needs root and apt-get: apt-get install {' '.join(packages)}"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        p = subprocess.run(cmd, env=env, capture_output=capture, text=True)
+        if p.returncode != 0:
+            return f"{' '.join(cmd)} failed" + (f": {p.stderr[-500:]}" if capture else "")
+    return None
+
+
 def install_tex() -> bool:
     """Install Debian's TeX packages (root and apt-get only); True if TeX is there afterwards."""
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return False
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     print(f"arrepro.tools: installing TeX for the paper: {TEX_INSTALL}", file=sys.stderr, flush=True)
-    for cmd in (["apt-get", "update", "-qq"], TEX_INSTALL.split() + ["-qq"]):
-        if subprocess.run(cmd, env=env).returncode != 0:
-            return False
-    return missing_tex() is None
+    return apt_install(TEX_DEBIAN) is None and missing_tex() is None
 
 
 def main(argv: list[str]) -> int:
