@@ -35,10 +35,10 @@ def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", ex
         cells.append({"series": "main", "task": task, "task_name": task, "seq_len": 64, "model": model,
                       "mixer": mixer(model), "width": w, "layers": n, "lr": lr, "seed": seed, metric: acc,
                       "diverged": False, "parameters": 1, "cell_dir": f"{model}/{w}/{n}/{lr}/{seed}/{task}"})
-    grids = [{"series": "main", "lrs": [1e-3]}] + ([{"series": "replication (Zoology grid)", "lrs": "zoology"}]
+    grids = [{"series": "main", "lrs": [1e-3]}] + ([{"series": "replication (Zoology code and grid)", "lrs": "zoology"}]
                                                    if zoo_rows else [])
     return Results(exp, {"title": exp, "grids": grids},
-                   pd.DataFrame(best(best_rows, "main") + best(zoo_rows, "replication (Zoology grid)")),
+                   pd.DataFrame(best(best_rows, "main") + best(zoo_rows, "replication (Zoology code and grid)")),
                    pd.DataFrame(cells), [], TASKS)
 
 
@@ -199,11 +199,17 @@ def test_backbone():
 
 
 def test_convkv():
-    base = [one("attention", 0.02), one("attention_conv_k", 0.99), one("attention_conv_v", 0.99)]
-    assert verdict("convkv", results(base + [one("attention_conv_q", 0.02)])) == "consistent"
-    assert verdict("convkv", results([one("attention", 0.02), one("attention_conv_k", 0.02),
-                                      one("attention_conv_v", 0.99), one("attention_conv_q", 0.99)])) == "contradicted"
-    assert verdict("convkv", results(base + [one("attention_conv_q", 0.99)])) == "inconclusive"
+    good = [one("attention", 0.02), one("attention_conv_qkv", 0.99), one("attention_conv_k", 0.99)]
+    assert verdict("convkv", results(good + [one("attention_conv_v", 0.98), one("attention_conv_q", 0.02)])) \
+        == "consistent"
+    # the demo's Table 3: a causal conv on V alone cannot carry a key's value back to the key
+    assert verdict("convkv", results(good + [one("attention_conv_v", 0.24), one("attention_conv_q", 0.25)])) \
+        == "contradicted"
+    assert verdict("convkv", results(good + [one("attention_conv_v", 0.99), one("attention_conv_q", 0.99)])) \
+        == "inconclusive"
+    # nothing learned: alike, but no evidence
+    none = [one(m, 0.30) for m in ("attention_conv_qkv", "attention_conv_k", "attention_conv_v", "attention_conv_q")]
+    assert verdict("convkv", results(none)) == "inconclusive"
 
 
 def test_pe():

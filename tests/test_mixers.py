@@ -206,3 +206,16 @@ def test_tiny_mqar_run_learns(name):
         losses.append(loss.item())
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert math.isfinite(last) and last < first - 0.3, f"{name}: loss {first:.3f} -> {last:.3f}"
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "learned"])
+def test_positions_start_at_the_token_embeddings_scale(position):
+    """An added positional signal starts at the token embeddings' RMS: at amplitude 1 a sinusoidal
+    table is 50x the embeddings (init std 0.02) and swamps them (1-layer Mamba then ends under
+    chance on the demo's MQAR)."""
+    torch.manual_seed(0)
+    m = LanguageModel(vocab_size=128, d_model=32, n_layers=1, max_len=64, mixer="attention",
+                      position=position)
+    table = m.pos_table if position == "sinusoidal" else m.pos_embed.weight.detach()
+    rms = lambda t: t.pow(2).mean().sqrt().item()  # noqa: E731
+    assert rms(table) == pytest.approx(rms(m.embed.weight.detach()), rel=0.15)

@@ -29,6 +29,14 @@ CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 # arguments every mixer gets from the backbone, not from mixer_kwargs
 BACKBONE_ARGS = {"self", "d_model", "max_len"}
+# a config model named zoology_X is Zoology's own form of architecture X (the replication of
+# Figs. 2 and 11); figures colour it, and claims pair it, with X
+ZOO_PREFIX = "zoology_"
+
+
+def architecture(model: str) -> str:
+    """The architecture a config model stands for: ``zoology_hyena`` -> ``hyena``."""
+    return model.removeprefix(ZOO_PREFIX)
 
 
 class ConfigError(ValueError):

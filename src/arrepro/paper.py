@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from arrepro import fidelity
-from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, SETTING, ZOO_PREFIX,
-                            chance_level, judge, present, rules_text)
+from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, SETTING, chance_level,
+                            judge, present, rules_text)
+from arrepro.grid import architecture
 from arrepro.tables import lr_window  # the lr-window table's own definition
 
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
@@ -253,7 +254,7 @@ class Results:
         """Mean over matched settings of recurrent models of (main - Zoology replication) best
         accuracy, in points."""
         zoo = self.rows(part="zoo")
-        zoo = zoo.assign(model=zoo["model"].str.removeprefix(ZOO_PREFIX))  # zoology_hyena: the replication's hyena
+        zoo = zoo.assign(model=zoo["model"].map(architecture))  # zoology_hyena: the replication's hyena
         m = self.rows().merge(zoo, on=["task", "model", "width", "layers"], suffixes=("", "_zoo"))
         m = m[~m["mixer"].isin(ATTENTION_MIXERS)]
         return None if m.empty else float(100 * (m["mean"] - m["mean_zoo"]).mean())

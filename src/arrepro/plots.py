@@ -6,18 +6,24 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-SERIES_STYLE = {  # the paper's Fig. 2 styling: this work solid, replication dotted
-    "fine grid (this work)": {"linestyle": "-", "marker": "o"},
-    "replication (Zoology grid)": {"linestyle": ":", "marker": "s"},
+from .grid import architecture  # noqa: E402
+
+SERIES_STYLE = {  # the paper's Fig. 2 styling: this work solid, replication dotted (open markers:
+    # a replication point that equals this work's still shows)
+    "fine grid (this work)": {"linestyle": "-", "marker": "o", "ms": 4},
+    "replication (Zoology code and grid)": {"linestyle": ":", "marker": "s", "ms": 7, "mfc": "none"},
 }
+OTHER_SERIES_STYLE = {"linestyle": "--", "marker": "^", "ms": 4}
 
 
 def _label(row, multi_layers: bool) -> str:
-    return f"{row['model']} ({row['layers']}L)" if multi_layers else str(row["model"])
+    """A line's name and colour: the architecture (Zoology's form of it shares its colour; the
+    series' line style tells them apart), with the depth where depths differ."""
+    arch = architecture(row["model"])
+    return f"{arch} ({row['layers']}L)" if multi_layers else arch
 
 
 def _legend_entries(axes):
@@ -51,9 +57,9 @@ def width_figure(best, cells, title, scale, paths, published=None, **_):
         sub = best[best["seq_len"] == L]
         for (label, series), g in sub.groupby(["label", "series"]):
             g = g.sort_values("width")
-            style = SERIES_STYLE.get(series, {"linestyle": "--", "marker": "^"})
+            style = SERIES_STYLE.get(series, OTHER_SERIES_STYLE)
             ax.errorbar(g["width"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]],
-                        color=colors[label], capsize=3, lw=1.6, ms=4, label=f"{label}, {series}", **style)
+                        color=colors[label], capsize=3, lw=1.6, label=f"{label}, {series}", **style)
         if published is not None:
             pub = published[(published["seq_len"] == L) & published["model"].isin(best["model"])]
             for model, g in pub.groupby("model"):

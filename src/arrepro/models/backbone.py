@@ -3,6 +3,11 @@
 token embedding (+ positional scheme) -> N x [pre-norm -> sequence mixer -> residual;
 pre-norm -> MLP -> residual] -> final norm -> tied LM head. ``mlp=False`` drops the MLP
 (the plain Mamba architecture, whose block already has its own gated expansion).
+
+Weights start at N(0, INIT_STD) (GPT-2's and Zoology's 0.02). The sinusoidal table is scaled to
+the same RMS as the token embeddings it is added to: at the textbook amplitude 1 it is 50x larger
+than them and swamps the tokens (a 1-layer Mamba on the demo's MQAR then ends at 0.012, under
+chance; scaled, it learns like the other schemes).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from .registry import get_mixer
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope")
 IGNORE = -100
+INIT_STD = 0.02
 
 
 class Block(nn.Module):
@@ -55,7 +61,9 @@ class LanguageModel(nn.Module):
         if position == "learned":
             self.pos_embed = nn.Embedding(max_len, d_model)
         elif position == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(max_len, d_model), persistent=False)
+            # sin/cos entries have an RMS of 1/sqrt(2): scaled, the table's RMS is INIT_STD
+            table = sinusoidal_table(max_len, d_model) * (INIT_STD * math.sqrt(2))
+            self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(embed_dropout)
         self.layers = nn.ModuleList(
             Block(d_model, cls(d_model, max_len=max_len, **kwargs,
@@ -68,7 +76,7 @@ class LanguageModel(nn.Module):
     def _init(self, n_layers: int) -> None:
         for name, m in self.named_modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
-                std = 0.02 / math.sqrt(2 * n_layers) if name.endswith("out_proj") else 0.02
+                std = INIT_STD / math.sqrt(2 * n_layers) if name.endswith("out_proj") else INIT_STD
                 nn.init.normal_(m.weight, 0.0, std)
                 if getattr(m, "bias", None) is not None:
                     nn.init.zeros_(m.bias)
