@@ -102,6 +102,8 @@ REFERENCE: list[Ref] = [
     Ref("positional information", lambda c: sorted(m for m in ("attention", "based", "hyena", "h3", "rwkv", "mamba")
                                                     if c["models"][m].get("position", "none") != "none"),
         ["attention", "based"], ["attention"], source="A.2 Models: 'Positional information is used only in Attention and Based'"),
+    Ref("Table 4 positional schemes", lambda c: sorted({d["position"] for m, d in c["models"].items() if "_pe_" in m}),
+        SILENT, source="Table 4: 'No PE, Absolute PE, Relative PE, Learned PE' (forms not given)"),
     Ref("seeds", _all_seeds, [42, 123, 456, 777, 789], source="A.2: 'five random seeds (42, 123, 777, 456 and 789)'"),
     Ref("lr_grids.fine", lambda c: c["lr_grids"]["fine"], SILENT, source="A.2: 'a learning rate sweep' (values not given)"),
     Ref("lr_grids.zoology", lambda c: c["lr_grids"]["zoology"], SILENT, [1.0e-4, 4.64e-4, 2.15e-3, 1.0e-2],
