@@ -7,8 +7,9 @@ math, so a mixer's ``forward_kernel`` runs end to end on CPU under ``kernels.ove
 A violated check raises ``ContractError`` with the package's own message. Device checks (CUDA,
 sm80+) are the one thing left out: that is what the stand-ins are for.
 
-Pinned sources read: flash-attn 2.8.3.post2, causal-conv1d 1.7.0, mamba-ssm 2.3.2.post1,
-fla-core 0.6.0 (flash-linear-attention 0.6.0).
+Pinned sources read (the GPU env's versions: envs/train.post-deploy.sh, envs/train.yaml; the same
+in envs/kernels-cpu.txt): flash-attn 2.8.3, causal-conv1d 1.6.0, mamba-ssm 2.3.1, fla-core 0.6.0
+(flash-linear-attention 0.6.0). Line numbers below are those versions'.
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def _same_device(*tensors) -> None:
 # ------------------------------------------------------------------------------ causal-conv1d
 def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
                      final_states_out=None, activation=None):
-    """causal_conv1d_interface.py 9-60 (the wrapper) and causal_conv1d.cpp 150-190 (fwd checks)."""
+    """causal_conv1d_interface.py 9-64 (CausalConv1dFn.forward) and csrc/causal_conv1d.cpp 150-190
+    (causal_conv1d_fwd checks)."""
     if activation not in (None, "silu", "swish"):
         raise NotImplementedError("activation must be None, silu, or swish")
     if seq_idx is not None or initial_states is not None or return_final_states or final_states_out is not None:
@@ -117,8 +119,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
 # ------------------------------------------------------------------------------ fla: Based
 def parallel_based(q, k, v, scale=None, use_norm=True):
-    """fla/ops/based/parallel.py 421-438 (q.shape[-1] <= 128; [B, T, H, K] in, transposed for the
-    kernel) and 337-375 (NK == 1, i.e. K <= 128; input_guard makes inputs contiguous)."""
+    """fla/ops/based/parallel.py 423-438 (q.shape[-1] <= 128; [B, T, H, K] in, transposed for the
+    kernel) and 337-376 (NK == 1, i.e. K <= 128; input_guard makes inputs contiguous)."""
     _same_device(q, k, v)
     check(q.shape[-1] <= BASED_MAX_FEATURE_DIM, "only support feature dim up to 128")
     check(q.dim() == 4 and k.shape == q.shape and v.shape[:3] == q.shape[:3], "q, k: [B, T, H, K]; v: [B, T, H, V]")
@@ -137,8 +139,8 @@ def parallel_based(q, k, v, scale=None, use_norm=True):
 # ------------------------------------------------------------------------------ mamba-ssm
 def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                       return_last_state=False):
-    """selective_scan_interface.py 22-45 (SelectiveScanFn.forward: stride(-1) made 1; 3-D B, C
-    become (b, 1, n, l)) and selective_scan.cpp 233-303 (selective_scan_fwd checks)."""
+    """selective_scan_interface.py 23-45 (SelectiveScanFn.forward: stride(-1) made 1; 3-D B, C
+    become (b, 1, n, l)) and csrc/selective_scan/selective_scan.cpp 227-303 (selective_scan_fwd checks)."""
     if return_last_state:
         raise NotImplementedError("stand-in: return_last_state is not used by arrepro")
     _same_device(u, delta, A, B, C, D, z, delta_bias)

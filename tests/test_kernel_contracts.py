@@ -194,7 +194,8 @@ def test_installed_but_broken_package_is_an_error(monkeypatch):
 
 
 def test_bare_package_import_skips_the_package_init(tmp_path, monkeypatch):
-    """mamba-ssm's submodules are imported without its __init__ (which pulls Mamba3's optional imports)."""
+    """mamba-ssm's submodules are imported without its __init__ (which imports its modules and models,
+    and with them huggingface_hub and transformers)."""
     pkg = tmp_path / "fake_mamba_pkg"
     (pkg / "ops").mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise ImportError('the package __init__ ran')\n")

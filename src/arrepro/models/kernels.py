@@ -1,8 +1,10 @@
 """The one home of the kernel-or-portable choice: which CUDA/Triton kernel a mixer may call, and why not.
 
 ``KERNELS`` names every kernel function the mixers can use, with its pip distribution, its module
-and its limits as the pinned package's own C++/Triton code states them (versions: the ``gpu``
-extra of pyproject.toml). A mixer (a ``KernelMixer``) asks with its actual call::
+and its limits as the pinned package's own C++/Triton code states them (versions: the GPU env's
+pins, envs/train.post-deploy.sh for causal-conv1d 1.6.0, mamba-ssm 2.3.1 and flash-attn 2.8.3,
+envs/train.yaml for fla-core / flash-linear-attention 0.6.0 and triton 3.4.0; envs/kernels-cpu.txt
+has the same versions). A mixer (a ``KernelMixer``) asks with its actual call::
 
     fn, record = choose("flash_attn_func", x, head_dim=512)
 
@@ -18,8 +20,9 @@ fp32 run (the default precision) never silently drops to bf16.
 Loud failures: on CUDA, a kernel package that is installed (its distribution is found by
 ``importlib.metadata``) but fails to import raises ``KernelImportError`` quoting the import
 error; ``ARREPRO_KERNELS=0`` opts out of every kernel. mamba-ssm's kernel submodules are
-imported without running the package ``__init__`` (which imports Mamba3 and its optional
-dependencies); a later ``import mamba_ssm`` in the same process then sees that bare package.
+imported without running the package ``__init__`` (which in 2.3.1 imports the Mamba and Mamba2
+modules and MambaLMHeadModel, and with them huggingface_hub and transformers); a later ``import
+mamba_ssm`` in the same process then sees that bare package.
 
 Tests: ``override({name: fn})`` (a context manager) is the one injection point: inside it the
 named kernels are those functions, and tensors on any device (CPU too) count as kernel-capable;
@@ -55,13 +58,14 @@ def _at_most(key: str, limit: int, what: str, owner: str):
 
 
 def _flash_head_dim(call: dict) -> str | None:
-    # flash_attn_interface.py pads the head dim to a multiple of 8 before the C++ check
-    # (flash_api.cpp: head_size <= 256 in mha_fwd and mha_bwd)
+    # flash-attn 2.8.3 flash_attn_interface.py (FlashAttnFunc.forward) pads the head dim to a multiple
+    # of 8 before the C++ check (csrc/flash_attn/flash_api.cpp: head_size <= 256, mha_fwd 393, mha_bwd 830)
     d = call["head_dim"]
     return f"head dim {d} > flash-attn's limit 256" if -(-d // 8) * 8 > 256 else None
 
 
 def _conv_width(call: dict) -> str | None:
+    # causal-conv1d 1.6.0 csrc/causal_conv1d.cpp: 2 <= width <= 4 (causal_conv1d_fwd 182, _bwd 289)
     w = call["width"]
     return None if 2 <= w <= 4 else f"conv width {w} outside causal-conv1d's 2..4"
 
@@ -81,35 +85,46 @@ class Kernel:
 
 
 KERNELS: dict[str, Kernel] = {
-    # causal_conv1d.cpp 1.7.0, causal_conv1d_fwd/bwd: x, weight fp32/fp16/bf16 (each), width 2..4,
-    # x (B, D, L) with stride(2) == 1 (the wrapper makes it contiguous), bias dtype == weight dtype
+    # causal-conv1d 1.6.0 csrc/causal_conv1d.cpp, causal_conv1d_fwd (160-190) / causal_conv1d_bwd
+    # (275-311): x, weight fp32/fp16/bf16 (each), width 2..4, bias dtype == weight dtype; x (B, D, L)
+    # with stride(2) == 1 or, channel-last, stride(1) == 1 with D and stride(0), stride(2) multiples
+    # of 8 (causal_conv1d_interface.py CausalConv1dFn.forward makes any other x contiguous)
     "causal_conv1d_fn": Kernel(("causal-conv1d",), "causal_conv1d", "causal_conv1d_fn",
                                "nn.Conv1d", limits=(_conv_width,), call_keys=("width",)),
-    # flash_api.cpp 2.8.3.post2, mha_fwd/mha_bwd: fp16/bf16 only, head_size <= 256, sm80+
+    # flash-attn 2.8.3 csrc/flash_attn/flash_api.cpp, mha_fwd (369-418) / mha_bwd (797-830): fp16/bf16
+    # only, head_size <= 256 (after the wrapper's padding to a multiple of 8), sm80+
     "flash_attn_func": Kernel(("flash-attn",), "flash_attn", "flash_attn_func", "SDPA", half_only=True,
                               limits=(_flash_head_dim,), min_capability=(8, 0), call_keys=("head_dim",)),
-    # fla 0.6.0 ops/based/parallel.py, parallel_based: feature dim (q.shape[-1]) <= 128; any float dtype
+    # fla-core 0.6.0 fla/ops/based/parallel.py, parallel_based: feature dim (q.shape[-1]) <= 128 (430;
+    # ParallelBasedFunction asserts NK == 1, 355 and 395); any float dtype
     "parallel_based": Kernel(("fla-core", "flash-linear-attention"), "fla.ops.based", "parallel_based",
                              "the portable quadratic/chunked form",
                              limits=(_at_most("feature_dim", 128, "feature dim", "parallel_based"),),
                              call_keys=("feature_dim",)),
-    # selective_scan.cpp 2.3.2.post1, selective_scan_fwd/bwd: u fp32/fp16/bf16, A/D/delta_bias fp32,
-    # dstate <= 256
+    # mamba-ssm 2.3.1 csrc/selective_scan/selective_scan.cpp, selective_scan_fwd (235-302) /
+    # selective_scan_bwd (352-423): u fp32/fp16/bf16, A/D/delta_bias fp32, dstate <= 256 (262, 382).
+    # 2.3.1's selective_scan.h 27 still has index_t = uint32_t (uint64_t from 2.3.2, issue 880):
+    # strides and batch offsets of 2^32 elements or more wrap; B * E * L here stays far below
     "selective_scan_fn": Kernel(("mamba-ssm",), "mamba_ssm.ops.selective_scan_interface", "selective_scan_fn",
                                 "the portable chunked scan",
                                 limits=(_at_most("d_state", 256, "d_state", "selective_scan"),),
                                 bare_package="mamba_ssm", call_keys=("d_state",)),
-    # mamba-ssm 2.3.2.post1 ops/triton/ssd_combined.py: shape asserts only (nheads % ngroups == 0)
+    # mamba-ssm 2.3.1 mamba_ssm/ops/triton/ssd_combined.py, _mamba_chunk_scan_combined_fwd (343-367)
+    # and _mamba_chunk_scan_combined_bwd (405-432): shape asserts only (nheads % ngroups == 0); no
+    # dtype, headdim or dstate limit
     "mamba_chunk_scan_combined": Kernel(("mamba-ssm",), "mamba_ssm.ops.triton.ssd_combined",
                                         "mamba_chunk_scan_combined", "the portable chunked SSD",
                                         bare_package="mamba_ssm"),
-    # fla 0.6.0 ops/delta_rule/chunk.py: q.dtype != float32 (asserted); ops/common/chunk_delta_h.py:
-    # K <= 256 (forward and backward)
+    # fla-core 0.6.0 fla/ops/delta_rule/chunk.py, chunk_delta_rule: q.dtype != float32 (asserted, 303);
+    # fla/ops/common/chunk_delta_h.py: K <= 256 (chunk_gated_delta_rule_fwd_h 716, _bwd_dhu 772)
     "chunk_delta_rule": Kernel(("fla-core", "flash-linear-attention"), "fla.ops.delta_rule", "chunk_delta_rule",
                                "the portable chunked delta rule", half_only=True,
                                limits=(_at_most("head_dim", 256, "head dim", "fla's chunk_delta_rule"),),
                                call_keys=("head_dim",)),
-    # fla 0.6.0 ops/gated_delta_rule/chunk.py (no dtype assert); ops/common/chunk_delta_h.py: K <= 256
+    # fla-core 0.6.0 fla/ops/gated_delta_rule/chunk.py, chunk_gated_delta_rule (no dtype assert, 510-567);
+    # fla/ops/common/chunk_delta_h.py: K <= 256 (716, 772). Not a limit here but a device one: its
+    # backward's chunk_bwd_dqkwg (fla/ops/common/chunk_o.py 727-732) raises on Hopper (sm90) with
+    # triton >= 3.4.0 and < 3.7.1, the pinned 3.4.0 included, unless tilelang is installed (it is not)
     "chunk_gated_delta_rule": Kernel(("fla-core", "flash-linear-attention"), "fla.ops.gated_delta_rule",
                                      "chunk_gated_delta_rule", "the portable chunked gated delta rule",
                                      limits=(_at_most("head_dim", 256, "head dim", "fla's chunk_gated_delta_rule"),),
