@@ -69,6 +69,7 @@ def width_figure(best, cells, title, scale, paths, published=None, **_):
         kv = sub["task_name"].iloc[0]
         ax.set_title(f"sequence length {L} ({kv})")
         ax.set_xscale("log", base=2)
+        ax.margins(x=0.12)  # the end points' markers clear the frame
         widths = sorted(sub["width"].unique())
         ax.set_xticks(widths, [str(w) for w in widths])
         ax.set_xlabel("model width")
