@@ -23,10 +23,15 @@ def missing_tex() -> str | None:
             f"them with:\n    {sudo}{TEX_INSTALL}\n(or put tectonic on PATH, or run Snakemake with --sdm conda)")
 
 
+def can_apt() -> bool:
+    """Whether this process may install Debian packages: root, with apt-get on PATH."""
+    return os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
 def apt_install(packages: list[str], capture: bool = False) -> str | None:
     """Install Debian packages with apt-get (root only). None on success, else why not (for a
     message or a test's skip reason). ``capture`` keeps apt-get's output out of the terminal."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
+    if not can_apt():
         return f"needs root and apt-get: apt-get install {' '.join(packages)}"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
@@ -38,7 +43,7 @@ def apt_install(packages: list[str], capture: bool = False) -> str | None:
 
 def install_tex() -> bool:
     """Install Debian's TeX packages (root and apt-get only); True if TeX is there afterwards."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
+    if not can_apt():
         return False
     print(f"arrepro.tools: installing TeX for the paper: {TEX_INSTALL}", file=sys.stderr, flush=True)
     return apt_install(TEX_DEBIAN) is None and missing_tex() is None
