@@ -27,6 +27,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/gpushare.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/search.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"
@@ -43,6 +44,7 @@ rule all:
         f"{OUT}/paper/numbers.tex",
         f"{OUT}/paper/setup.tex",
         f"{OUT}/paper.pdf",
+        [s.report_path(OUT) for s in SEARCHES.searches.values()],  # one file per learning-rate search
         missing_cell_files(),
         PACKS.targets,  # cells per GPU > 1 only: the packs of small cells that share a GPU
     default_target: True

@@ -1,9 +1,6 @@
 #!/usr/bin/env python
-"""Tables of finished cells (and best-over-LR statistics when series are given).
-
-By hand: aggregate.py --cells OUT.csv RESULT.json [RESULT.json ...]"""
-import argparse
-
+"""Tables of finished cells and best-over-LR statistics (rule aggregate), every cell once (rule
+cells_table); logic in arrepro.aggregate."""
 from arrepro.aggregate import merge_cell_tables, write_tables
 from arrepro.files import job_log
 
@@ -13,11 +10,4 @@ if "snakemake" in globals():
         if "tables" in sm.input.keys():  # rule cells_table: every cell once, from the experiments' tables
             merge_cell_tables(sm.input.tables, sm.output[0])
         else:
-            write_tables(sm.input.results, sm.output[0], sm.output.get("best"), sm.params.get("series"),
-                         sm.params.get("metric", "final_accuracy"))
-elif __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--cells", required=True)
-    ap.add_argument("results", nargs="+")
-    a = ap.parse_args()
-    write_tables(a.results, a.cells)
+            write_tables(sm.input.plans, sm.params.series, sm.params.metric, sm.output.cells, sm.output.best)

@@ -1,11 +1,13 @@
 """Tidy tables of finished cells and the paper's statistic: best-over-LR accuracy.
 
-For each (series, task, model, width, layers, recipe) the learning rate with the highest mean
-accuracy over seeds is chosen, and the mean, std, min and max over seeds at that learning rate
-are reported (choosing the best LR per seed would be biased upwards). Where several learning
-rates tie for the best mean (every seed at 1.0, say), the middle one of them in LR order is
-reported (the lower of the two middle ones for an even count), and ``n_tied_lrs`` says how many
-tied: the statistics are the same, but the reported LR is not an edge of the good range.
+Which learning rate is "best" is the learning-rate search's decision (``arrepro.search``): for
+each (series, task, model, width, layers, recipe) the search's chosen learning rate, and there
+the mean, std, min and max over the reported seeds (choosing the best LR per seed would be biased
+upwards). A fixed grid trained on every seed is the search's special case: the learning rate
+with the highest mean over seeds, and among exactly tied best means the middle one in LR order
+(the lower of the two middle ones for an even count); ``n_tied_lrs`` says how many tied. The
+best table also carries the search's outcome and the setting's good-LR window
+(``arrepro.search.window``: its edges, as the tried learning rates bound them).
 """
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import search as S
 from .files import read_csv, read_json
 from .grid import task_seq_len
 
-TIE_TOL = 1e-9  # means closer than this are tied (ties at accuracy 1.0 are common on MQAR)
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
+WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried"]
 
 
 def load_results(paths: list[str | Path]) -> pd.DataFrame:
@@ -36,52 +39,93 @@ def load_results(paths: list[str | Path]) -> pd.DataFrame:
     return df[first + [c for c in df.columns if c not in first]].sort_values(CONFIG_KEYS)
 
 
-def assign_series(df: pd.DataFrame, series: list[dict]) -> pd.DataFrame:
-    """One row per (series, cell): a cell in two series (two LR grids, say) appears in both."""
-    parts = []
+def _accuracy(df: pd.DataFrame, metric: str) -> pd.Series:
+    """The per-cell number of the statistic; a diverged cell's missing number counts as 0."""
+    return df[metric].fillna(0.0).where(~df["diverged"].astype(bool), 0.0)
+
+
+def _row(g: pd.DataFrame, metric: str, decision: dict) -> dict:
+    """One best-table row: the statistics over the seeds at the chosen learning rate."""
+    at = g[g["lr"] == decision["chosen"]].drop_duplicates("seed")
+    acc = _accuracy(at, metric)
+    w = decision["window"] or {}
+    first = g.iloc[0]
+    return {**{k: first[k] for k in GROUP}, "metric": metric, "best_lr": decision["chosen"],
+            "mean": acc.mean(), "std": acc.std() if len(acc) > 1 else 0.0, "min": acc.min(), "max": acc.max(),
+            "n_seeds": len(at), "n_diverged": int(at["diverged"].astype(bool).sum()),
+            "n_tied_lrs": decision["n_tied"], "n_lrs": decision["n_lrs"], "parameters": first["parameters"],
+            "search": decision["search"], "outcome": decision["outcome"],
+            **{f"window_{k}": w.get(k) for k in WINDOW}}
+
+
+def _points_decision(points: dict[float, float], search: str, outcome: str, window: dict | None) -> dict:
+    top = max(points.values())
+    return {"chosen": S.best(points), "search": search, "outcome": outcome, "window": window,
+            "n_tied": sum(m >= top - S.EXACT for m in points.values()), "n_lrs": len(points)}
+
+
+def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: float = 0.0,
+                 good: float | None = None) -> pd.DataFrame:
+    """The best table of fixed grids, every learning rate trained on every seed (the search's
+    special case, without its plan files): the best mean over seeds, middle of exact ties."""
+    from .rounds import window_dict
+    from .claims import GOOD
+
+    rows = []
+    for _, g in df.assign(acc=_accuracy(df, metric)).groupby(GROUP, dropna=False, sort=True):
+        points = g.groupby("lr")["acc"].mean().to_dict()
+        w = S.window(points, learned, GOOD if good is None else good, min(points), max(points))
+        rows.append(_row(g, metric, _points_decision(points, "fixed", "fixed", window_dict(w))))
+    return pd.DataFrame(rows).sort_values(GROUP).reset_index(drop=True)
+
+
+def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_csv) -> None:
+    """An experiment's cells table (every cell of its searches, one row per series it is in) and
+    best table (one row per series and search: the search's chosen learning rate). ``series``:
+    [{"series": name, "searches": [search key, ...]}]; ``plan_paths``: the last plans of the
+    searches' groups (arrepro.rounds)."""
+    from .rounds import Setting, plan_rounds, read_plan
+    from .search import cells_of
+
+    entries, rounds = {}, {}
+    for p in plan_paths:
+        plan = read_plan(p)
+        for key, entry in plan["searches"].items():
+            entries[key] = entry
+            rounds[key] = plan_rounds(plan, key)
+    results: dict[str, dict] = {}
+    cell_parts, best_rows = [], []
     for s in series:
-        members = {str(Path(c)) for c in s["cells"]}
-        part = df[df["cell_dir"].isin(members)].copy()
-        part.insert(0, "series", s["series"])
-        parts.append(part)
-    return pd.concat(parts, ignore_index=True)
-
-
-def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy") -> pd.DataFrame:
-    per_lr = (df.groupby(GROUP + ["lr"], dropna=False)[metric]
-              .agg(mean="mean", std="std", min="min", max="max", n_seeds="count").reset_index())
-    diverged = df.groupby(GROUP + ["lr"], dropna=False)["diverged"].sum().reset_index(name="n_diverged")
-    per_lr = per_lr.merge(diverged, on=GROUP + ["lr"])
-    top = per_lr.groupby(GROUP, dropna=False)["mean"].transform("max")
-    tied = per_lr[per_lr["mean"] >= top - TIE_TOL].sort_values(GROUP + ["lr"])
-    n_tied = tied.groupby(GROUP, dropna=False)["lr"].transform("size")
-    rank = tied.groupby(GROUP, dropna=False).cumcount()
-    best = tied[rank == (n_tied - 1) // 2].assign(n_tied_lrs=n_tied)  # the middle of the tied LRs (lower middle if even)
-    best = best.rename(columns={"lr": "best_lr"}).reset_index(drop=True)
-    best["std"] = best["std"].fillna(0.0)
-    n_lrs = per_lr.groupby(GROUP, dropna=False)["lr"].nunique().reset_index(name="n_lrs")
-    best = best.merge(n_lrs, on=GROUP)
-    params = df.groupby(GROUP, dropna=False)["parameters"].first().reset_index()
-    best = best.merge(params, on=GROUP)
-    best.insert(len(GROUP), "metric", metric)
-    return best.sort_values(GROUP).reset_index(drop=True)
-
-
-def write_tables(result_paths, cells_csv, best_csv=None, series=None, metric="final_accuracy") -> None:
-    df = load_results(result_paths)
-    if series is not None:
-        df = assign_series(df, series)
+        for key in s["searches"]:
+            if key not in entries:
+                raise ValueError(f"search {key} of series {s['series']!r} is in none of the plans {list(plan_paths)}")
+            entry, setting = entries[key], Setting(**entries[key]["setting"])
+            paths = [f"{setting.cell(lr, seed).path}/result.json" for lr, seed in cells_of(rounds[key])]
+            missing = [p for p in paths if p not in results]
+            if missing:
+                df = load_results(missing)
+                results.update({f"{d}/result.json": r for d, r in zip(df["cell_dir"], df.to_dict("records"))})
+            g = pd.DataFrame([results[p] for p in paths]).assign(series=s["series"], search=key)
+            cell_parts.append(g)
+            state = entry["state"]
+            if state["phase"] != "done":
+                raise ValueError(f"search {key} is not done ({state['phase']}): its group's plan is not the last round's")
+            points = dict(map(tuple, state["points"]))
+            best_rows.append(_row(g, metric, {**_points_decision(points, key, state["outcome"], state["window"]),
+                                              "chosen": state["chosen_lr"]}))
+    cells = pd.concat(cell_parts, ignore_index=True)
+    cells = cells[["series"] + [c for c in cells.columns if c != "series"]]
     Path(cells_csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(cells_csv, index=False)
-    if best_csv is not None:
-        best_over_lr(df, metric).to_csv(best_csv, index=False)
+    cells.to_csv(cells_csv, index=False)
+    pd.DataFrame(best_rows).sort_values(GROUP).reset_index(drop=True).to_csv(best_csv, index=False)
 
 
 def merge_cell_tables(cell_csvs, out_csv) -> None:
     """One row per cell, from the experiments' cell tables (a cell shared by experiments or
     series appears once): the same rows as ``write_tables`` over every cell's result, read from a
     handful of tables instead of thousands of result files."""
-    df = pd.concat([read_csv(p) for p in cell_csvs], ignore_index=True).drop(columns="series")
+    df = pd.concat([read_csv(p) for p in cell_csvs], ignore_index=True)
+    df = df.drop(columns=[c for c in ("series", "search") if c in df.columns])
     df = df.drop_duplicates("cell_dir").sort_values(CONFIG_KEYS)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)

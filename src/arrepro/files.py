@@ -57,3 +57,23 @@ def job_log(sm):
             raise
         print(f"wrote {', '.join(map(str, sm.output))} in {time.perf_counter() - t0:.2f} s", file=log)
     sys.stdout.flush()
+
+
+def write_text_atomic(path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: a reader sees the old
+    file or the new one, never half of one; a failed write leaves no temporary file."""
+    import os
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")

@@ -34,6 +34,20 @@ BACKBONE_ARGS = {"self", "d_model", "max_len"}
 ZOO_PREFIX = "zoology_"
 
 
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+@functools.lru_cache(maxsize=None)
+def schema_defaults(definition: str | None = None) -> dict:
+    """The ``default:`` of each property of the config schema's top level (``definition`` None)
+    or of one of its ``$defs``: the one home of the config's defaults."""
+    import yaml
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    props = (schema if definition is None else schema["$defs"][definition])["properties"]
+    return {k: v["default"] for k, v in props.items() if isinstance(v, dict) and "default" in v}
+
+
 def architecture(model: str) -> str:
     """The architecture a config model stands for: ``zoology_hyena`` -> ``hyena``."""
     return model.removeprefix(ZOO_PREFIX)

@@ -275,14 +275,16 @@ def packs(grid, cells_per_gpu: int, cells=None) -> dict[str, list]:
 
 
 class Packs:
-    """The packs of a grid, computed on first use (only workflows with cells_per_gpu > 1 do)."""
+    """The packs of some cells of a grid, computed on first use (only workflows with
+    cells_per_gpu > 1 do). ``cells``: a function giving the cells to pack (the learning-rate
+    searches' round 0: cells of later rounds, planned as the searches go, run unpacked)."""
 
-    def __init__(self, grid, cells_per_gpu: int):
-        self.grid, self.cells_per_gpu = grid, cells_per_gpu
+    def __init__(self, grid, cells_per_gpu: int, cells=None):
+        self.grid, self.cells_per_gpu, self._cells = grid, cells_per_gpu, cells
 
     @functools.cached_property
     def by_marker(self) -> dict[str, list]:
-        return packs(self.grid, self.cells_per_gpu)
+        return packs(self.grid, self.cells_per_gpu, None if self._cells is None else self._cells())
 
     def cells(self, marker: str) -> list:
         if marker not in self.by_marker:

@@ -1,6 +1,16 @@
-# Stage 3: tidy tables of finished cells and best-over-LR statistics.
+# Stage 3: tidy tables of finished cells and best-over-LR statistics (at each search's chosen
+# learning rate).
 
-AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/files.py", "scripts/aggregate.py")
+
+def experiment_series(exp):
+    """Each series of an experiment and the searches of its grids, in config order."""
+    series = {}
+    for name, s in SEARCHES.of_experiment(exp):
+        series.setdefault(name, []).append(s.key)
+    return [{"series": k, "searches": list(dict.fromkeys(v))} for k, v in series.items()]
+
+
+AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/search.py", "src/arrepro/files.py", "scripts/aggregate.py")
 
 
 rule aggregate:
@@ -8,10 +18,12 @@ rule aggregate:
         cells=f"{OUT}/tables/{{exp}}_cells.csv",
         best=f"{OUT}/tables/{{exp}}_best.csv",
     input:
-        results=lambda wc: cell_results(GRID.experiment_cells(wc.exp)),
+        # the last plan of each group the experiment's searches run in, and every cell they trained
+        plans=lambda wc: [lr_rounds.plan_path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.experiment_groups(wc.exp)],
+        results=lambda wc: cell_results(searched_cells(wc.exp)),
     params:
         code=AGGREGATE_CODE,
-        series=lambda wc: GRID.series_of(wc.exp),
+        series=lambda wc: experiment_series(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
     log:
         f"{OUT}/logs/aggregate/{{exp}}.log",

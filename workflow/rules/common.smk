@@ -40,10 +40,23 @@ def train_code(mixer):
 
 def missing_cell_files():
     """The result and metrics files that do not exist now, of the cells of experiments whose
-    tables do (an experiment without its tables is rebuilt anyway, with every missing cell: on a
-    fresh run this lists nothing, and the planning stays as fast)."""
+    tables do, as their searches' last plans list them (an experiment without its tables is
+    rebuilt anyway, with every missing cell: on a fresh run this lists nothing, and the planning
+    stays as fast)."""
+    from arrepro.files import UnreadableFile
+
     built = [e for e in EXPERIMENTS if all(os.path.exists(f) for f in GRID.tables(e))]
-    cells = dict.fromkeys(c for e in built for c in GRID.experiment_cells(e))
+    plans, cells = {}, {}
+    for e in built:
+        for _, s in SEARCHES.of_experiment(e):
+            path = lr_rounds.plan_path(OUT, s.group, SEARCHES.final_round(s.group))
+            if path not in plans:
+                try:
+                    plans[path] = lr_rounds.read_plan(path) if os.path.exists(path) else None
+                except UnreadableFile:
+                    plans[path] = None
+            if plans[path] is not None and s.key in plans[path]["searches"]:
+                cells.update(dict.fromkeys(lr_rounds.search_cells(s, lr_rounds.plan_rounds(plans[path], s.key))))
     files = (f"{c.path}/{name}" for c in cells for name in ("result.json", "metrics.jsonl"))
     return [f for f in files if not os.path.exists(f)]
 
@@ -62,5 +75,5 @@ def figure_inputs(wc):
     if "published" in exp:
         inputs["published"] = exp["published"]
     if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics
-        inputs["metrics"] = [f"{c.path}/metrics.jsonl" for c in GRID.experiment_cells(wc.exp)]
+        inputs["metrics"] = [f"{c.path}/metrics.jsonl" for c in searched_cells(wc.exp)]
     return inputs

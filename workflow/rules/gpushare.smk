@@ -13,7 +13,7 @@ except ValueError as err:
 # shared cells ask for the GPU as the string resource gres="gpu:1": a group job takes a string
 # as it is, where it adds `gpu` up over the cells that run side by side
 SHARED_GPU = {"gres": lambda wc: cluster.gres(GRID.cell_spec(**wc), CELLS_PER_GPU)} if CELLS_PER_GPU > 1 else {}
-PACKS = cluster.Packs(GRID, CELLS_PER_GPU)
+PACKS = cluster.Packs(GRID, CELLS_PER_GPU, lambda: SEARCHES.round0_cells())  # SEARCHES: search.smk
 
 
 rule gpu_pack:

@@ -1,0 +1,328 @@
+"""The learning-rate searches of a scale, and their rounds as files the workflow runs.
+
+Every grid of an experiment either names a search (``search: NAME``, a key of config.yaml's
+``lr_searches``) or is a fixed grid (its ``lrs`` on every seed). ``lr_protocol: grid`` (the
+literal reading of the paper's A.2) turns every grid into its fixed grid. A *setting* is (task,
+model, width, layers, recipe); each setting a grid covers gets a search (``arrepro.search``), its
+spec resolved from the config. A setting that several grids search with the same start grid,
+range and resolution is searched ONCE, with the most demanding of their specs: the most search
+seeds, the window resolved if any asks for it, the most rounds (a best-over-LR figure then
+reports the search that a learning-rate curve of the same setting ran on every seed). Different
+start grids (two fixed grids, say) are different searches; their cells are shared where they
+coincide.
+
+Searches run in rounds, per *group* of settings of similar cost (the resource tiers of
+``arrepro.resources``: a round waits for its slowest cell, so a 10-minute cell does not wait for
+an 18-hour one). Round 0 is known from the config; round r >= 1 of a group is decided by one job
+(the workflow's checkpoint ``search_round``) from the results of every earlier cell of the
+group's searches, and written to ``{out}/searches/rounds/{group}/round{r}.json``: each search's
+spec, its rounds so far (cells and the reason for each) and its state. The group's last round
+(``final_round``) adds no cells: it holds every search's outcome. ``write_reports`` writes one
+file per search (every round's learning rates, accuracies and reasons).
+
+Pure Python (no torch): the Snakefile imports it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import claims
+from .grid import CELL_ROOT, Cell, ConfigError, Grid, fmt_lr, schema_defaults, short_hash
+from .search import Round, SearchSpec, State, cells_of, decide, window
+
+PROTOCOLS = ("search", "grid")
+SEARCH_DEFAULTS = schema_defaults("search")  # an lr_searches entry's defaults: the config schema's
+MERGEABLE = ("search_seeds", "window", "rounds", "per_round")  # merged to the most demanding
+BIG = "big"  # the group of cells too big to share a Slurm job (resources.group is None)
+
+
+@dataclass(frozen=True)
+class Setting:
+    task: str  # task id (folder name)
+    model: str
+    width: int
+    layers: int
+    recipe: str  # recipe id
+
+    @property
+    def path(self) -> str:
+        return f"{CELL_ROOT}/{self.task}/{self.model}/w{self.width}-l{self.layers}/{self.recipe}"
+
+    def cell(self, lr: float, seed: int) -> Cell:
+        return Cell(self.task, self.model, self.width, self.layers, self.recipe, fmt_lr(lr), int(seed))
+
+
+@dataclass(frozen=True)
+class Search:
+    setting: Setting
+    spec: SearchSpec
+    metric: str
+    group: str
+
+    @property
+    def id(self) -> str:
+        return "s" + short_hash({"spec": self.spec.as_dict(), "metric": self.metric})
+
+    @property
+    def key(self) -> str:
+        """Unique within a scale: the setting's folder (below results/cells) and the search id."""
+        return f"{self.setting.path.removeprefix(CELL_ROOT + '/')}/{self.id}"
+
+    def report_path(self, out: str) -> str:
+        return f"{out}/searches/{self.key}.json"
+
+
+class Searches:
+    """Every search of a grid's scale, its groups and rounds."""
+
+    def __init__(self, grid: Grid, protocol: str | None = None):
+        self.grid = grid
+        self.protocol = protocol or grid.config.get("lr_protocol", schema_defaults()["lr_protocol"])
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"lr_protocol: {self.protocol!r} is not one of {', '.join(PROTOCOLS)}")
+        self.by_grid: dict[tuple[str, int], list[Search]] = {}
+        wanted: dict[tuple[Setting, str], list[tuple[SearchSpec, str]]] = {}
+        for exp, e in grid.experiments.items():
+            metric = grid.metric(exp)
+            for i, g in enumerate(e["grids"]):
+                where = f"scales.{grid.scale_name}.experiments.{exp}.grids[{i}]"
+                for setting in settings_of(grid, g):
+                    wanted.setdefault((setting, metric), []).append((self._spec(g, setting, metric, where), where))
+        self.searches: dict[str, Search] = {}
+        resolved: dict[tuple[Setting, str, str], Search] = {}  # (setting, metric, core) -> its search
+        for (setting, metric), specs in wanted.items():
+            for spec in merge([s for s, _ in specs]):
+                search = Search(setting, spec, metric, self._group(setting))
+                self.searches.setdefault(search.key, search)
+                resolved[(setting, metric, _core_key(spec))] = search
+        for exp, e in grid.experiments.items():  # each grid's searches: the merged one of its own spec
+            metric = grid.metric(exp)
+            for i, g in enumerate(e["grids"]):
+                where = f"scales.{grid.scale_name}.experiments.{exp}.grids[{i}]"
+                self.by_grid[(exp, i)] = [resolved[(st, metric, _core_key(self._spec(g, st, metric, where)))]
+                                          for st in settings_of(grid, g)]
+        self.groups: dict[str, list[Search]] = {}
+        for s in self.searches.values():
+            self.groups.setdefault(s.group, []).append(s)
+
+    # -- resolving the config --------------------------------------------------------------
+    def _spec(self, g: dict, setting: Setting, metric: str, where: str) -> SearchSpec:
+        return _cached_spec(self, json.dumps(g, sort_keys=True, default=str), setting, metric, where)
+
+    def _spec_uncached(self, g: dict, setting: Setting, metric: str, where: str) -> SearchSpec:
+        cfg = self.grid.config
+        seeds = tuple(int(s) for s in g["seeds"])
+        task = self.grid.tasks[setting.task]
+        chance = claims.chance_level(task, metric)
+        learned = claims.learned_threshold(chance)
+        lrs = self.grid.lrs(g, where)
+        name = g.get("search") if self.protocol == "search" else None
+        if name is None:  # a fixed grid: every learning rate on every seed
+            return SearchSpec(tuple(sorted(lrs)), min(lrs), max(lrs), SEARCH_DEFAULTS["resolution"], 0, 1, seeds, seeds,
+                              False, 0.0, 0, SEARCH_DEFAULTS["plateau"], learned, claims.GOOD)
+        key = f"lr_searches.{name}"
+        if name not in cfg.get("lr_searches", {}):
+            raise ConfigError(f"{where}.search: unknown search {name!r}; known: {sorted(cfg.get('lr_searches', {}))}")
+        d = {**SEARCH_DEFAULTS, **cfg["lr_searches"][name]}
+        start = self.grid.lrs({"lrs": d["start"]}, f"{key}.start") if "start" in d else lrs
+        lo, hi = (float(x) for x in d.get("range", (min(start), max(start))))
+        n = d["search_seeds"]
+        if n != "all" and n > len(seeds):
+            raise ConfigError(f"{key}.search_seeds: {n} is more than the {len(seeds)} seed(s) of {where}")
+        try:
+            return SearchSpec(tuple(sorted(start)), lo, hi, float(d["resolution"]), int(d["rounds"]),
+                              int(d["per_round"]), seeds if n == "all" else seeds[:n], seeds, bool(d["window"]),
+                              float(d["tie"]), int(d["tie_seeds"]), float(d["plateau"]), learned, claims.GOOD)
+        except ValueError as err:
+            raise ConfigError(f"{key}: {err} (used by {where})") from None
+
+    def _group(self, setting: Setting) -> str:
+        from . import resources
+
+        spec = self.grid.cell_spec(setting.task, setting.model, setting.width, setting.layers, setting.recipe,
+                                   "1e-3", 0)
+        return resources.group(spec) or BIG
+
+    # -- what the workflow asks ------------------------------------------------------------
+    def of_experiment(self, exp: str) -> list[tuple[str, Search]]:
+        """(series, search) of every grid of an experiment, in config order."""
+        out = []
+        for i, g in enumerate(self.grid.experiments[exp]["grids"]):
+            out += [(g.get("series", "main"), s) for s in self.by_grid[(exp, i)]]
+        return out
+
+    def experiment_groups(self, exp: str) -> list[str]:
+        return sorted({s.group for _, s in self.of_experiment(exp)})
+
+    def final_round(self, group: str) -> int:
+        """The round whose plan adds no cell to any search of the group: start, the refinement
+        rounds, a settling round, a reporting round, then this one."""
+        return max(s.spec.rounds for s in self.groups[group]) + 3
+
+    def round0_cells(self) -> list[Cell]:
+        """Every cell of round 0, once (what a dry run can list before any result exists)."""
+        return list(dict.fromkeys(c for s in self.searches.values() for c in search_cells(s, [start_round(s)])))
+
+    def max_cells(self) -> int:
+        """An upper bound on the cells of every search, round budgets spent (cells that two
+        searches of one setting share count twice after round 0)."""
+        r0 = len(self.round0_cells())
+        later = sum(s.spec.max_cells() - len(start_round(s).cells) for s in self.searches.values())
+        return r0 + later
+
+    def params(self, group: str) -> str:
+        """A group's searches as the round jobs' param: a config change that changes them reruns
+        the group's rounds (the cells that stay the same are not retrained)."""
+        return json.dumps({s.key: {"spec": s.spec.as_dict(), "metric": s.metric, "setting": vars(s.setting)}
+                           for s in self.groups[group]}, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_spec(searches: Searches, g_json: str, setting: Setting, metric: str, where: str) -> SearchSpec:
+    return searches._spec_uncached(json.loads(g_json), setting, metric, where)
+
+
+def settings_of(grid: Grid, g: dict) -> list[Setting]:
+    return [Setting(grid.task_names[t], m, int(w), int(n), grid.recipe_names[g["recipe"]])
+            for t in g["tasks"] for m in g["models"] for w in g["widths"] for n in g["layers"]]
+
+
+def _core_key(spec: SearchSpec) -> str:
+    """A spec without its MERGEABLE fields: specs with the same core are one search."""
+    d = spec.as_dict()
+    for k in MERGEABLE:
+        d.pop(k)
+    return json.dumps(d, sort_keys=True)
+
+
+def merge(specs: list[SearchSpec]) -> list[SearchSpec]:
+    """One spec per distinct core (everything but MERGEABLE): the most demanding of its specs."""
+    out: dict[str, SearchSpec] = {}
+    for sp in specs:
+        k = _core_key(sp)
+        if k not in out:
+            out[k] = sp
+            continue
+        o = out[k]
+        seeds = sp.search_seeds if len(sp.search_seeds) > len(o.search_seeds) else o.search_seeds
+        out[k] = SearchSpec(**{**o.as_dict(), "search_seeds": tuple(seeds), "seeds": tuple(o.seeds),
+                               "start": tuple(o.start), "window": o.window or sp.window,
+                               "rounds": max(o.rounds, sp.rounds), "per_round": max(o.per_round, sp.per_round)})
+    return list(out.values())
+
+
+# --------------------------------------------------------------------------- rounds as files
+def start_round(search: Search) -> Round:
+    return decide(search.spec, [], {})[0]
+
+
+def search_cells(search: Search, rounds: list[Round]) -> list[Cell]:
+    return [search.setting.cell(lr, s) for lr, s in cells_of(rounds)]
+
+
+def plan_path(out: str, group: str, r: int) -> str:
+    return f"{out}/searches/rounds/{group}/round{r}.json"
+
+
+def read_plan(path) -> dict:
+    from .files import read_json
+
+    return read_json(path)
+
+
+def plan_rounds(plan: dict, key: str) -> list[Round]:
+    return [Round.from_dict(d) for d in plan["searches"][key]["rounds"]]
+
+
+def round_cells(searches: Searches, group: str, plan: dict | None) -> list[Cell]:
+    """Every cell the group's searches have planned so far (plan None: round 0 only)."""
+    out = []
+    for s in searches.groups[group]:
+        rounds = [start_round(s)] if plan is None else plan_rounds(plan, s.key)
+        out += search_cells(s, rounds)
+    return list(dict.fromkeys(out))
+
+
+def read_accuracy(result_path, metric: str) -> float | None:
+    """A finished cell's number for the search: ``metric`` from its result.json; None if it
+    diverged or the number is not finite (a result, not an error)."""
+    from .files import read_json
+
+    r = read_json(result_path)
+    if metric not in r:
+        raise ValueError(f"{result_path}: no {metric!r} in the result")
+    v = r[metric]
+    if r.get("diverged") or v is None or not math.isfinite(float(v)):
+        return None
+    return float(v)
+
+
+def run_round(searches_json: str, group: str, r: int, previous: dict | None, out_path, log=print) -> dict:
+    """Decide round ``r`` of a group from the plan of round r-1 (None: round 0, from the config)
+    and the results of its cells; write and return the new plan. Pure apart from reading the
+    cells' result files: the same results give the same plan."""
+    defs = json.loads(searches_json)
+    plan = {"group": group, "round": r, "searches": {}}
+    counts: dict[str, int] = {}
+    new_cells = 0
+    for key, d in sorted(defs.items()):
+        spec, metric = SearchSpec.from_dict(d["spec"]), d["metric"]
+        setting = Setting(**d["setting"])
+        if previous is None or key not in previous["searches"]:
+            rounds = [decide(spec, [], {})[0]]  # round 0 (a search new to the config starts now)
+        else:
+            rounds = plan_rounds(previous, key)
+        results = {(lr, s): read_accuracy(f"{setting.cell(lr, s).path}/result.json", metric)
+                   for lr, s in cells_of(rounds)}
+        nxt, state = decide(spec, rounds, results)
+        if nxt is not None:
+            rounds = rounds + [nxt]
+            new_cells += len(nxt.cells)
+        counts[state.phase] = counts.get(state.phase, 0) + 1
+        plan["searches"][key] = {"setting": d["setting"], "metric": metric, "spec": d["spec"],
+                                 "rounds": [x.as_dict() for x in rounds], "state": state_dict(state, spec, results)}
+    plan["summary"] = {"searches": len(defs), "phases": counts, "new_cells": new_cells}
+    log(f"group {group}, round {r}: {len(defs)} searches ({', '.join(f'{n} {p}' for p, n in sorted(counts.items()))}); "
+        f"{new_cells} new cells")
+    from .files import write_json_atomic
+
+    write_json_atomic(out_path, plan)
+    return plan
+
+
+def state_dict(state: State, spec: SearchSpec, results: dict) -> dict:
+    w = window(state.points, spec.learned, spec.good, spec.lo, spec.hi) if state.points else None
+    return {"phase": state.phase, "chosen_lr": None if math.isnan(state.chosen) else state.chosen,
+            "outcome": state.outcome, "points": [[lr, m] for lr, m in sorted(state.points.items())],
+            "diverged": [[lr, n] for lr, n in sorted(state.diverged.items())],
+            "results": [[lr, s, a] for (lr, s), a in sorted(results.items())],
+            "window": None if w is None else window_dict(w)}
+
+
+def window_dict(w) -> dict:
+    return {"status": w.status, "lo": w.lo, "hi": w.hi, "below": w.below, "above": w.above,
+            "open_lo": w.open_lo, "open_hi": w.open_hi, "width": w.width, "width_max": w.width_max,
+            "resolution": w.resolution, "n_good": w.n_good, "n_tried": w.n_tried, "gaps": w.gaps,
+            "text": w.text()}
+
+
+def write_reports(plans: list[dict], paths: list[str]) -> None:
+    """One file per search (``paths``: ``.../searches/<search key>.json``, one per search of the
+    plans): its setting, spec, every round (learning rates, seeds, accuracies, reason) and its
+    state (outcome, chosen learning rate, window)."""
+    from .files import write_json_atomic
+
+    by_key = {p.split("/searches/", 1)[1].removesuffix(".json"): p for p in paths}
+    for plan in plans:
+        for key, entry in plan["searches"].items():
+            acc = {(lr, seed): a for lr, seed, a in entry["state"]["results"]}
+            rounds = [{**rd, "accuracies": [[lr, seed, acc.get((lr, seed))] for lr, seed in rd["cells"]]}
+                      for rd in entry["rounds"]]
+            write_json_atomic(by_key.pop(key), {"search": key, "group": plan["group"], **entry, "rounds": rounds})
+    if by_key:
+        raise ValueError(f"no plan has the search(es) {sorted(by_key)}")
+
