@@ -351,22 +351,83 @@ def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
             "grouped_gpu_hours_mps": grouped_mps / 60}
 
 
+def search_kind(spec) -> str:
+    """A search's kind for the plan's breakdown (how many seeds search, window or not, rounds)."""
+    if not spec.rounds:
+        return f"fixed grid, {'every seed' if spec.search_seeds == spec.seeds else f'{len(spec.search_seeds)} seed(s)'}"
+    seeds = "every seed" if spec.search_seeds == spec.seeds else f"{len(spec.search_seeds)} seed(s)"
+    return f"search on {seeds}{', window' if spec.window else ''}"
+
+
+def protocol_plan(grid, cells_per_gpu: int = 1, protocol: str | None = None) -> dict:
+    """The learning-rate protocol's cost (arrepro.rounds): round 0 (its cells are known: the
+    train jobs and hours of ``plan``) and the most the searches' round budgets allow (every
+    search spends its whole budget; a cell's estimate does not depend on its learning rate or
+    seed), with a breakdown by search kind; and the fixed grid's (lr_protocol: grid) for
+    comparison. Hours as in ``plan``: requested (with the safety factor) and estimated."""
+    from .rounds import Searches
+
+    searches = Searches(grid, protocol)
+    r0 = plan(grid, searches.round0_cells(), cells_per_gpu)
+    fixed = plan(grid, grid.all_cells(), cells_per_gpu)
+    r0_cells = {s.key: len(set(c for c in searches_cells_round0(s))) for s in searches.searches.values()}
+    kinds: dict[str, dict] = {}
+    max_cells = est_max = req_max = 0.0
+    for s in searches.searches.values():
+        st = s.setting
+        spec = grid.cell_spec(st.task, st.model, st.width, st.layers, st.recipe, "1e-3", 0)
+        n = s.spec.max_cells()
+        est, req = estimate_seconds(spec) / 3600, runtime_min(spec, 1, cells_per_gpu) / 60
+        k = kinds.setdefault(search_kind(s.spec), {"settings": 0, "cells_round0": 0, "cells_max": 0,
+                                                     "gpu_hours_estimated_max": 0.0})
+        k["settings"] += 1
+        k["cells_round0"] += r0_cells[s.key]
+        k["cells_max"] += n
+        k["gpu_hours_estimated_max"] += est * n
+        max_cells += n
+        est_max += est * n
+        req_max += req * n
+    shared = sum(r0_cells.values()) - r0["cells"]  # round-0 cells two searches share, counted once
+    return {"scale": grid.scale_name, "protocol": searches.protocol, "searches": len(searches.searches),
+            "groups": {g: len(v) for g, v in sorted(searches.groups.items())},
+            "cells_round0": r0["cells"], "train_jobs_round0": r0["train_jobs"],
+            "gpu_hours_estimated_round0": r0["estimated_gpu_hours"], "gpu_hours_requested_round0": r0["gpu_hours"],
+            "cells_max": int(max_cells - shared), "gpu_hours_estimated_max": est_max,
+            "gpu_hours_requested_max": req_max, "by_kind": kinds,
+            "cells_fixed_grid": fixed["cells"], "gpu_hours_estimated_fixed_grid": fixed["estimated_gpu_hours"],
+            "gpu_hours_requested_fixed_grid": fixed["gpu_hours"], "cells_per_gpu": cells_per_gpu}
+
+
+def searches_cells_round0(search) -> list:
+    from .rounds import search_cells, start_round
+
+    return search_cells(search, [start_round(search)])
+
+
 def _main(argv=None) -> None:  # pragma: no cover - a report for people
     import argparse
+    import json
     from pathlib import Path
 
     import yaml
 
     from .grid import Grid
 
-    ap = argparse.ArgumentParser(description="Print what a scale of config.yaml asks a cluster for.")
+    ap = argparse.ArgumentParser(description="Print what a scale of config.yaml asks a cluster for: the learning-rate "
+                                             "protocol's cells and GPU-hours (round 0, and the most its round budgets "
+                                             "allow), and the fixed grid's for comparison.")
     ap.add_argument("scale", nargs="?", default="paper")
     ap.add_argument("--config", default=str(Path(__file__).resolve().parents[2] / "config.yaml"))
+    ap.add_argument("--protocol", choices=("search", "grid"), help="override the config's lr_protocol")
     ap.add_argument("--cells", action="store_true", help="one line per distinct cell shape")
+    ap.add_argument("--json", action="store_true", help="the protocol's plan as one JSON object (1 cell per GPU)")
     ap.add_argument("--cells-per-gpu", type=int, default=4, metavar="N",
                     help="also plan N grouped cells sharing a GPU (the profile's CELLS_PER_GPU; default 4)")
     a = ap.parse_args(argv)
     grid = Grid(yaml.safe_load(Path(a.config).read_text()), a.scale)
+    if a.json:
+        print(json.dumps(protocol_plan(grid, 1, a.protocol), indent=1))
+        return
     if a.cells:
         seen = set()
         print(f"{'task':>28} {'model':>16} {'w':>5} {'l':>2} {'est min':>8} {'req min':>8} {'mem MB':>7} group")
@@ -378,11 +439,26 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
             seen.add(key)
             print(f"{c.task:>28} {c.model:>16} {c.width:>5} {c.layers:>2} {estimate_seconds(spec) / 60:8.1f} "
                   f"{runtime_min(spec):8d} {mem_mb(spec):7d} {group(spec) or '-'}")
+    pp = protocol_plan(grid, 1, a.protocol)
+    print(f"scale {a.scale}, lr_protocol {pp['protocol']}: {pp['searches']} settings searched in groups {pp['groups']}")
+    print(f"  round 0: {pp['cells_round0']} cells ({pp['train_jobs_round0']} Slurm jobs), "
+          f"{pp['gpu_hours_estimated_round0']:.0f} GPU-hours estimated ({pp['gpu_hours_requested_round0']:.0f} requested)")
+    print(f"  at most (every round budget spent): {pp['cells_max']} cells, {pp['gpu_hours_estimated_max']:.0f} GPU-hours "
+          f"estimated ({pp['gpu_hours_requested_max']:.0f} requested)")
+    for kind, k in pp["by_kind"].items():
+        print(f"    {kind:>32}: {k['settings']:4d} settings, round 0 {k['cells_round0']:5d} cells, at most "
+              f"{k['cells_max']:5d} cells, {k['gpu_hours_estimated_max']:6.0f} GPU-hours")
+    print(f"  the fixed grid (lr_protocol: grid, every lr on every seed): {pp['cells_fixed_grid']} cells, "
+          f"{pp['gpu_hours_estimated_fixed_grid']:.0f} GPU-hours estimated ({pp['gpu_hours_requested_fixed_grid']:.0f} requested)")
+    searches_r0 = None
     for n in dict.fromkeys((1, a.cells_per_gpu)):
-        p = plan(grid, cells_per_gpu=n)
+        from .rounds import Searches
+
+        searches_r0 = searches_r0 or Searches(grid, a.protocol).round0_cells()
+        p = plan(grid, searches_r0, cells_per_gpu=n)
         mps = f", {p['estimated_gpu_hours_mps']:.0f} if their kernels overlap (MPS)" if n > 1 else ""
         mps_small = f", {p['grouped_gpu_hours_mps']:.0f} with MPS" if n > 1 else ""
-        print(f"scale {a.scale}, {n} cell(s) per GPU: {p['cells']} cells -> {p['train_jobs']} Slurm jobs for training "
+        print(f"round 0, {n} cell(s) per GPU: {p['cells']} cells -> {p['train_jobs']} Slurm jobs for training "
               f"({p['cells_by_group']}); {p['requested_hours']:.0f} hours requested ({p['gpu_hours']:.0f} GPU-hours); "
               f"estimated use {p['estimated_gpu_hours']:.0f} GPU-hours{mps}; of these, the grouped (small) cells "
               f"{p['grouped_gpu_hours']:.0f}{mps_small}")

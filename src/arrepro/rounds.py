@@ -174,6 +174,20 @@ class Searches:
         later = sum(s.spec.max_cells() - len(start_round(s).cells) for s in self.searches.values())
         return r0 + later
 
+    def summary(self) -> str:
+        """What the searches train: round 0 now, the rest as results come in."""
+        if not self.searches:
+            return "learning-rate searches: none"
+        groups = ", ".join(f"{g} {len(v)}" for g, v in sorted(self.groups.items()))
+        refined = sum(1 for s in self.searches.values() if s.spec.rounds)
+        rounds = max(s.spec.rounds for s in self.searches.values())
+        return (f"learning-rate searches (lr_protocol: {self.protocol}): {len(self.searches):,} settings in "
+                f"{len(self.groups)} group(s) of similar cost ({groups}); {refined:,} refine. Round 0 trains "
+                f"{len(self.round0_cells()):,} cells; each group's later rounds (up to {rounds} refining, then one "
+                f"settling near ties, one reporting every seed at the chosen learning rate) are planned by its "
+                f"search_round jobs as results come in: at most {self.max_cells():,} cells in all. Decisions: "
+                f"{self.grid.out}/searches/.")
+
     def params(self, group: str) -> str:
         """A group's searches as the round jobs' param: a config change that changes them reruns
         the group's rounds (the cells that stay the same are not retrained)."""

@@ -9,6 +9,8 @@ try:
     SEARCHES = lr_rounds.Searches(GRID)
 except (ConfigError, KeyError) as err:
     raise WorkflowError(f"config.yaml: {err}")
+if workflow.is_main_process:  # what round 0 trains, and that the rounds after it follow
+    print(SEARCHES.summary(), file=sys.stderr)
 SEARCH_CODE = code("src/arrepro/search.py", "src/arrepro/rounds.py", "src/arrepro/claims.py", "src/arrepro/files.py",
                    "scripts/search_round.py")
 
@@ -57,6 +59,9 @@ checkpoint search_round:
         group=one_of(SEARCHES.groups),
         round=r"[1-9][0-9]*",
     localrule: True
+    message:
+        "learning-rate search, group {wildcards.group}, round {wildcards.round}: decides this round's cells from the "
+        "results of the earlier rounds ({output.plan}); Snakemake then plans them"
     conda:
         "../../envs/plots.yaml"
     script:
