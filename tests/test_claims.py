@@ -35,11 +35,28 @@ def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", ex
         cells.append({"series": "main", "task": task, "task_name": task, "seq_len": 64, "model": model,
                       "mixer": mixer(model), "width": w, "layers": n, "lr": lr, "seed": seed, metric: acc,
                       "diverged": False, "parameters": 1, "cell_dir": f"{model}/{w}/{n}/{lr}/{seed}/{task}"})
+    add_windows(out_best := best(best_rows, "main"), cells)
     grids = [{"series": "main", "lrs": [1e-3]}] + ([{"series": "replication (Zoology code and grid)", "lrs": "zoology"}]
                                                    if zoo_rows else [])
     return Results(exp, {"title": exp, "grids": grids},
-                   pd.DataFrame(best(best_rows, "main") + best(zoo_rows, "replication (Zoology code and grid)")),
+                   pd.DataFrame(out_best + best(zoo_rows, "replication (Zoology code and grid)")),
                    pd.DataFrame(cells), [], TASKS)
+
+
+def add_windows(best_rows, cells):
+    """Each best row's window columns, as the aggregation writes them: arrepro.search.window over
+    the row's cells' per-learning-rate means (learned and good at the claims' thresholds)."""
+    from arrepro.aggregate import WINDOW
+    from arrepro.rounds import window_dict
+    from arrepro.search import window
+
+    for b in best_rows:
+        mine = pd.DataFrame([c for c in cells if (c["model"], c["width"], c["layers"], c["task"])
+                             == (b["model"], b["width"], b["layers"], b["task"])])
+        points = mine.groupby("lr")[b["metric"]].mean().to_dict() if len(mine) else {}
+        chance = C.chance_level(TASKS[b["task"]], b["metric"])
+        w = window_dict(window(points, C.learned_threshold(chance), C.GOOD))
+        b.update({f"window_{k}": w[k] for k in WINDOW})
 
 
 def verdict(cid, e):
@@ -104,18 +121,24 @@ def test_window_claims(cid, a, bs):
 
     assert verdict(cid, make([0.95, 0.99, 0.97], [0.02, 0.96, 0.10])) == "consistent"
     assert verdict(cid, make([0.02, 0.96, 0.10], [0.95, 0.99, 0.97])) == "contradicted"
-    # every model good at the same single LR: no LR where one is good and beats the other
+    # every model good at the same single LR: windows of the same possible widths, undecided
     assert verdict(cid, make([0.02, 0.96, 0.10], [0.05, 0.97, 0.12])) == "inconclusive"
 
 
-def test_window_claim_with_seeds_needs_a_conclusive_gap():
+def test_window_claim_uses_the_mean_over_seeds_and_the_edges_uncertainty():
     best, cells = window_cells("attention", "mamba", [0.95, 0.99, 0.95], [0.02, 0.96, 0.88], seeds=(0, 1))
     cells = [c if not (c[0] == "mamba" and c[3] == 1e-1 and c[4] == 1) else c[:5] + (0.30,) for c in cells]
-    # mamba at 1e-1: seeds 0.88 and 0.30 (mean 0.59, spread 0.58): attention's 0.95 is within it
-    e = results(best, cells + [("hyena", 64, 2, lr, 0, 0.96) for lr in (1e-3, 1e-2, 1e-1)])
-    assert verdict("lrwindow", e) == "inconclusive"  # hyena ties; against mamba only 1e-3 counts
+    # mamba at 1e-1: seeds 0.88 and 0.30, mean 0.59: not good; its window is 1e-2 alone, narrower
+    # than 2 decades, while attention's spans at least 2; hyena, good everywhere tried, is undecided
+    e = results(best + [one("hyena", 0.96, n=2)], cells + [("hyena", 64, 2, lr, 0, 0.96) for lr in (1e-3, 1e-2, 1e-1)])
+    assert verdict("lrwindow", e) == "inconclusive"
     j = C.window_wider(e, "attention", ["mamba"])
-    assert j.verdict == "consistent" and "beating the other at 1 vs 0" in j.compared
+    assert j.verdict == "consistent" and "wider in 1, narrower in 0" in j.compared
+    # a window resolved only coarsely is no evidence: mamba good at 1e-2 and 1e-1, tried at
+    # 1e-3 and 1: it may span up to 3 decades, attention's two at least (1e-3 to 1e-1, open)
+    best, cells = window_cells("attention", "mamba", [0.95, 0.99, 0.95, 0.1], [0.02, 0.96, 0.95, 0.1],
+                               lrs=(1e-3, 1e-2, 1e-1, 1.0))
+    assert C.window_wider(results(best, cells), "attention", ["mamba"]).verdict == "inconclusive"
 
 
 # --------------------------------------------------------------------------- fig2

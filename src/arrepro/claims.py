@@ -2,7 +2,7 @@
 inconclusive, with a row that says what was compared.
 
 A claim is a function of one experiment's tables (an object with the interface of
-``arrepro.paper.Results``: ``rows``, ``per_lr``, ``chance``, ``zoology_pairs``) that returns a
+``arrepro.paper.Results``: ``rows``, ``chance``) that returns a
 ``Judgement``, or None when the experiment does not train the models the claim needs (the claim
 is then not listed). The rules, the same for every claim and stated in the paper PDF:
 
@@ -17,10 +17,13 @@ is then not listed). The rules, the same for every claim and stated in the paper
   difference within the spread);
 - a claim that A and B are **alike** needs a model that has learned: consistent when their means
   differ by at most MIN_DIFF, contradicted when one beats the other, inconclusive otherwise;
-- a learning rate is **good** for a model when its mean accuracy reaches GOOD; "A's window is
-  wider than B's" counts, over the settings both train, the learning rates at which one model is
-  good and beats the other: consistent when A has more such learning rates, contradicted when B
-  has more, inconclusive when they tie (none at all, say).
+- a learning rate is **good** for a model when its mean accuracy reaches GOOD; a model's
+  **window** in a setting is the span of its good learning rates, whose true edges lie between
+  the outermost good learning rates tried and their nearest tried neighbours that are not good
+  (arrepro.search.window, the one definition); "A's window is wider than B's" counts the settings
+  both train where A's window is conclusively wider (its narrowest possible span exceeds B's
+  widest possible one; no good learning rate: no window) and where B's is: consistent when A's is
+  wider in more settings, contradicted when B's is, inconclusive when they tie.
 
 Comparisons are made within one setting (task, width, depth) unless the claim says otherwise.
 """
@@ -33,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .grid import ZOO_PREFIX
+from .search import Window, wider
 
 LEARNED_MARGIN = 0.25  # a model has learned at chance + 0.25 * (1 - chance)
 MIN_DIFF = 0.10        # a difference smaller than this is never conclusive (one seed: the only bar)
@@ -171,31 +175,37 @@ def all_of(parts: list[Judgement | None]) -> Judgement | None:
     return Judgement(v, "; ".join(p.compared for p in parts))
 
 
+def window_of(row) -> Window:
+    """A best-table row's window of good learning rates (its ``window_*`` columns, written by the
+    aggregation from arrepro.search.window: the one definition)."""
+    return Window.from_dict({k[len("window_"):]: v for k, v in dict(row).items() if k.startswith("window_")})
+
+
 def window_wider(e, a: str, others: list[str]) -> Judgement | None:
-    """A's window of good learning rates is wider than each other model's (see the module doc)."""
-    pa = e.per_lr(a)
-    if pa.empty:
+    """A's window of good learning rates is wider than each other model's, setting by setting:
+    conclusively so where A's narrowest possible window (its good learning rates' span) exceeds
+    the other's widest possible one (up to the nearest tried learning rates that are not good),
+    a model with no good learning rate having none (arrepro.search.wider)."""
+    ra = e.rows(a)
+    if ra.empty:
         return None
     parts, vs = [], []
     for b in others:
-        pb = e.per_lr(b)
-        if pb.empty:
-            continue
-        m = pa.merge(pb, on=SETTING + ["lr"], suffixes=("", "_b"))
+        rb = e.rows(b)
+        m = ra.merge(rb, on=SETTING, suffixes=("", "_b"))
         if m.empty:
             continue
-        only_a = only_b = 0
+        ups = downs = 0
+        shown = []
         for _, r in m.iterrows():
-            sa = Stat(a, r["mean"], r["min"], r["max"], r["chance"])
-            sb = Stat(b, r["mean_b"], r["min_b"], r["max_b"], r["chance"])
-            only_a += sa.mean >= GOOD and beats(sa, sb)
-            only_b += sb.mean >= GOOD and beats(sb, sa)
-        good_a = int((m["mean"] >= GOOD).sum())
-        good_b = int((m["mean_b"] >= GOOD).sum())
-        n_set = len(m.drop_duplicates(SETTING))
-        vs.append(tally(only_a, only_b))
-        parts.append(f"{a} vs {b}, {len(m)} (setting, LR) points in {n_set} setting(s): good at {good_a} vs "
-                     f"{good_b}; good and beating the other at {only_a} vs {only_b}")
+            wa = window_of(r)
+            wb = window_of({k[:-2]: v for k, v in r.items() if k.endswith("_b")})
+            c = wider(wa, wb)
+            ups, downs = ups + (c > 0), downs + (c < 0)
+            shown.append(f"{_setting_text(r)}: {wa.short()} vs {wb.short()}")
+        vs.append(tally(ups, downs))
+        parts.append(f"{a} vs {b}, {len(m)} setting(s): {a}'s window wider in {ups}, narrower in {downs}, "
+                     f"undecided in {len(m) - ups - downs} ({'; '.join(shown[:3])}{'; ...' if len(shown) > 3 else ''})")
     if not vs:
         return None
     v = CONTRADICTED if CONTRADICTED in vs else CONSISTENT if all(x == CONSISTENT for x in vs) else INCONCLUSIVE
@@ -388,7 +398,9 @@ def rules_text() -> str:
             f"another when it has learned and is conclusively better. A claim that one model does better is "
             f"consistent when it beats the other, contradicted when the other beats it, inconclusive otherwise; "
             f"a claim that two do alike is consistent when one has learned and the means differ by at most "
-            f"{MIN_DIFF:g}. A learning rate is good at a mean of {100 * GOOD:g}%; a wider window means more "
-            f"learning rates at which a model is good and beats the other. Equal parameter counts: within a "
+            f"{MIN_DIFF:g}. A learning rate is good at a mean of {100 * GOOD:g}%; a window (the span of good learning rates, its "
+            f"edges known to lie between the outermost good learning rate tried and the next one tried) is wider "
+            f"than another when its narrowest possible span exceeds the other's widest possible one, setting by "
+            f"setting; no good learning rate, no window. Equal parameter counts: within a "
             f"factor {PARAM_RATIO:g}.")
 

@@ -19,7 +19,6 @@ A missing column fails loudly; a model an experiment does not train reads "n/a".
 """
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from pathlib import Path
@@ -28,10 +27,10 @@ import numpy as np
 import pandas as pd
 
 from arrepro import fidelity
-from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, SETTING, chance_level,
-                            judge, present, rules_text)
+from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, chance_level, judge,
+                            present, rules_text, window_of)
+from arrepro.aggregate import WINDOW
 from arrepro.grid import architecture
-from arrepro.tables import lr_window  # the lr-window table's own definition
 
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
                 "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_lrs", "parameters"]
@@ -102,19 +101,20 @@ def is_replication(grid: dict) -> bool:
 
 
 # --------------------------------------------------------------------------- statistics
-def lr_windows(cells: pd.DataFrame, metric: str, reference_lrs: list[float]) -> pd.DataFrame:
-    """Per setting: how many learning rates reach GOOD mean accuracy over seeds, the span they
-    cover in decades, and the best mean accuracy over the reference (Zoology-style) LRs only."""
+def reference_best(cells: pd.DataFrame, metric: str, reference_lrs: list[float]) -> float | None:
+    """The best mean accuracy over seeds that a grid of only ``reference_lrs`` (Zoology's, say)
+    would have found, over the settings of ``cells``; None unless every reference learning rate
+    was trained in a setting (a search need not try them)."""
+    if not reference_lrs or cells.empty:
+        return None
     per_lr = (cells.drop_duplicates("cell_dir").assign(acc=cells[metric].fillna(0.0))
-              .groupby(SETTING + ["lr"])["acc"].mean().reset_index())
-    rows = []
-    for key, g in per_lr.groupby(SETTING):
-        good = g.loc[g["acc"] >= GOOD, "lr"]
+              .groupby(["task", "width", "layers", "lr"])["acc"].mean().reset_index())
+    out = None
+    for _, g in per_lr.groupby(["task", "width", "layers"]):
         on_ref = g[g["lr"].apply(lambda x: any(abs(x / r - 1) < 0.01 for r in reference_lrs))]
-        rows.append(dict(zip(SETTING, key), good=len(good), nlrs=len(g),
-                         decades=math.log10(good.max() / good.min()) if len(good) else np.nan,
-                         refbest=on_ref["acc"].max() if len(on_ref) else np.nan))
-    return pd.DataFrame(rows)
+        if len(on_ref) == len(reference_lrs):
+            out = max(out or 0.0, float(on_ref["acc"].max()))
+    return out
 
 
 def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_lrs) -> dict[str, str]:
@@ -125,11 +125,10 @@ def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_
     solved, settings                                     settings whose mean reaches GOOD, of all
     wide/deep/{acc,width,layers,params}                  the widest and the deepest configuration
     good, nlrs, window                                   most learning rates reaching GOOD in one
-                                                         setting, of how many, and the widest span
-                                                         of such learning rates in decades
-    relwindow                                            the widest window of the lr-window table
-                                                         (arrepro.tables.lr_window)
-    refbest                                              best mean accuracy over the reference LRs
+                                                         setting, of how many tried, and the widest
+                                                         window (arrepro.search.window) in decades
+    refbest                                              best mean accuracy a grid of only the
+                                                         reference LRs finds (where all were tried)
     cells, diverged                                      training runs and how many diverged
     """
     s = {}
@@ -146,16 +145,15 @@ def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_
         for name, r in (("wide", wide), ("deep", deep)):
             s.update({f"{name}/acc": pct(r["mean"]), f"{name}/width": fmt_int(r["width"]),
                       f"{name}/layers": fmt_int(r["layers"]), f"{name}/params": fmt_count(r["parameters"])})
+    windows = [window_of(r) for _, r in best.iterrows()] if "window_status" in best.columns else []
+    if windows:
+        widest = max(windows, key=lambda w: w.width)
+        s.update(good=fmt_int(max(w.n_good for w in windows)), nlrs=fmt_int(best["n_lrs"].max()),
+                 window=(f"{widest.width:.1f} decades" if widest.status == "window" else "none"))
     if len(cells):
-        w = lr_windows(cells, metric, reference_lrs)
-        s.update(good=fmt_int(w["good"].max()), nlrs=fmt_int(w["nlrs"].max()),
-                 window=f"{w['decades'].max():.1f} decades" if w["decades"].notna().any() else "none",
-                 refbest=pct(w["refbest"].max()) if w["refbest"].notna().any() else NA,
-                 cells=fmt_int(cells["cell_dir"].nunique()),
+        ref = reference_best(cells, metric, reference_lrs)
+        s.update(refbest=pct(ref) if ref is not None else NA, cells=fmt_int(cells["cell_dir"].nunique()),
                  diverged=fmt_int(cells.drop_duplicates("cell_dir")["diverged"].astype(bool).sum()))
-        rel = lr_window(cells.drop_duplicates("cell_dir"), metric)
-        if len(rel):  # (it skips settings without a sequence length: the copy task)
-            s["relwindow"] = f"{rel['window (decades)'].max():.1f} decades"
     return s
 
 
@@ -187,10 +185,6 @@ class Results:
             keep &= df["width"] == width
         return df[keep].drop_duplicates("cell_dir" if cells else ["task", "model", "width", "layers", "recipe"])
 
-    def acc(self, model, layers=None, how="max", width=None) -> float | None:
-        r = self.rows(model, layers, width=width)
-        return None if r.empty else float(r["mean"].agg(how))
-
     def chance(self, row) -> float:
         """The chance level of a row's task (arrepro.claims.chance_level)."""
         name = row["task_name"]
@@ -198,21 +192,6 @@ class Results:
             raise ValueError(f"{self.name}: task {name!r} of the results is not among the scale's tasks "
                              f"{sorted(self.tasks)}")
         return chance_level(self.tasks[name], self.metric)
-
-    def per_lr(self, model) -> pd.DataFrame:
-        """One row per (setting, learning rate) of ``model``'s main series: mean, min and max over
-        seeds (a diverged run's missing accuracy counts as 0) and the task's chance level."""
-        c = self.rows(model, cells=True)
-        if c.empty:
-            return pd.DataFrame(columns=SETTING + ["lr", "mean", "min", "max", "chance"])
-        c = c.assign(acc=c[self.metric].fillna(0.0))
-        g = c.groupby(SETTING + ["task_name", "lr"])["acc"].agg(["mean", "min", "max"]).reset_index()
-        g["chance"] = [self.chance(r) for _, r in g.iterrows()]
-        return g.drop(columns="task_name")
-
-    def good_lrs(self, model) -> int | None:
-        c = self.rows(model, cells=True)
-        return None if c.empty else int(lr_windows(c, self.metric, self.reference_lrs)["good"].max())
 
     def keys(self) -> dict[str, str]:
         out = {f"{self.name}/title": tex_escape(self.title),
@@ -377,7 +356,7 @@ def fidelity_tex(meta: dict) -> str:
 # --------------------------------------------------------------------------- the manuscript's keys
 # Every key numbers.tex can define: \R{EXP/FIELD}, \R{EXP/[zoo/]MODEL/[L<n>/]STAT}, \R{claim/ID}, \R{claims/...}.
 MODEL_STATS = {"max", "maxpm", "maxwidth", "maxlayers", "maxlen", "maxlr", "maxparams", "min", "minwidth", "minlen",
-               "solved", "settings", "good", "nlrs", "window", "relwindow", "refbest", "cells", "diverged",
+               "solved", "settings", "good", "nlrs", "window", "refbest", "cells", "diverged",
                *(f"{shape}/{k}" for shape in ("wide", "deep") for k in ("acc", "width", "layers", "params"))}
 EXP_FIELDS = {"title", "metric", "layers", "reflrs", "nlrs", "zoo/nlrs", "gain", "pespread", "pespreadmodel",
               *(f"best/{k}" for k in ("model", "width", "layers", "len", "acc"))}
@@ -443,7 +422,6 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
         "MetricName": METRIC_NAMES.get(meta["metric"], tex_escape(meta["metric"])),
         "GoodThreshold": GOOD_TEXT,
         "PaperScaleSummary": paper_scale_summary(meta.get("paper_scale")),
-        "LrWindowTol": str(inspect.signature(lr_window).parameters["tol"].default),
         "TaskSummary": tasks_summary(meta["tasks"]),
         "RecipeSummary": recipes_summary(meta["recipes"]),
     }

@@ -402,6 +402,28 @@ class Window:
             return None
         return max(decades(self.below, self.lo), decades(self.hi, self.above))
 
+    def short(self) -> str:
+        """E.g. "1e-4 to 3.16e-3 (1.5 to 2 decades)", "3.16e-3 (0 to 0.5 decades)", "none"."""
+        if self.status != "window":
+            return self.status
+        span = f"{self.lo:.3g}" if self.lo == self.hi else f"{self.lo:.3g} to {self.hi:.3g}"
+        hi = "open" if self.width_max is None else f"{self.width_max:.2g}"
+        return f"{span} ({self.width:.2g} to {hi} decades)"
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Window":
+        """From ``window_dict``'s keys (or a best table's ``window_*`` columns, prefix removed)."""
+        if not d or d.get("status") in (None, "") or d.get("status") != d.get("status"):  # missing or NaN
+            return cls("not learned")
+        def num(k):
+            v = d.get(k)
+            return None if v is None or v != v else float(v)
+        def txt(k):
+            v = d.get(k)
+            return None if v is None or v != v else str(v)
+        return cls(str(d["status"]), None, None, num("lo"), num("hi"), num("below"), num("above"),
+                   txt("open_lo"), txt("open_hi"), int(num("n_good") or 0), int(num("n_tried") or 0))
+
     def text(self) -> str:
         if self.status != "window":
             return self.status
@@ -439,17 +461,18 @@ def window(points: dict[float, float], learned: float, good: float, lo: float | 
 
 
 def wider(a: Window, b: Window) -> int:
-    """+1 if ``a`` is conclusively wider than ``b`` (its narrowest possible width exceeds b's
-    widest possible), -1 if the reverse, 0 if the edges' uncertainty leaves it open. No window
-    (nothing good) has width 0."""
+    """+1 if ``a`` is conclusively wider than ``b``, -1 if the reverse, 0 if the edges'
+    uncertainty leaves it open. ``a`` spans at least ``a.width``; ``b``'s true edges lie strictly
+    inside its nearest tried learning rates that are not good, so it spans less than
+    ``b.width_max``: ``a`` is wider when a.width >= b.width_max. No window (nothing good): none wide."""
     def lo_hi(w: Window):
         hi = w.width_max
         return w.width, (math.inf if hi is None else hi)
 
     (a_lo, a_hi), (b_lo, b_hi) = lo_hi(a), lo_hi(b)
-    if a.status == "window" and a_lo > b_hi + LOG_EPS:
+    if a.status == "window" and a_lo >= b_hi - LOG_EPS:
         return 1
-    if b.status == "window" and b_lo > a_hi + LOG_EPS:
+    if b.status == "window" and b_lo >= a_hi - LOG_EPS:
         return -1
     if a.status == "window" and b.status != "window":
         return 1

@@ -5,9 +5,6 @@ then mean ± std over seeds there.
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pandas as pd
 
 
@@ -66,23 +63,27 @@ def copy_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def lr_window(cells: pd.DataFrame, metric: str, tol: float = 0.05) -> pd.DataFrame:
-    """Beyond the paper: each model's good-LR window per setting -- the learning rates whose
-    mean accuracy over seeds is within ``tol`` of the best, and its width in decades
-    (0 = a single grid point; resolution = the grid's spacing)."""
-    keys = ["task_name", "seq_len", "model", "width", "layers"]
-    per_lr = cells.groupby(keys + ["lr"])[metric].mean().reset_index()
+def lr_window(best: pd.DataFrame) -> pd.DataFrame:
+    """Beyond the paper: each model's window of good learning rates per setting, as its search
+    resolved it (arrepro.search.window, the one definition): the good learning rates' span, the
+    range its true edges can lie in, its width in decades (at least / at most), and why an edge is
+    open ("range": the search range stops it; "edge": nothing tried beyond). No window where no
+    learning rate reaches the good mark; "not learned" where none reaches the learned threshold."""
+    from .claims import window_of
+
     rows = []
-    for k, g in per_lr.groupby(keys, sort=True):
-        top = g[metric].max()
-        good = g[g[metric] >= top - tol]["lr"]
-        lrs = np.sort(g["lr"].unique())
-        spacing = float(np.median(np.diff(np.log10(lrs)))) if len(lrs) > 1 else math.nan
-        rows.append({**dict(zip(keys, k)), "best accuracy": round(float(top), 3),
-                     "good LRs": f"{good.min():.3g} - {good.max():.3g}",
-                     "window (decades)": round(float(np.log10(good.max() / good.min())), 2),
-                     "good / tried": f"{len(good)} / {len(lrs)}",
-                     "grid step (decades)": round(spacing, 2)})
+    for _, r in best.sort_values(["task_name", "seq_len", "model", "width", "layers"]).iterrows():
+        w = window_of(r)
+        row = {"task": r["task_name"], "length": int(r["seq_len"]), "model": r["model"], "width": int(r["width"]),
+               "layers": int(r["layers"]), "best LR": f"{r['best_lr']:.3g}", "best accuracy": round(float(r["mean"]), 3),
+               "good LRs": "--", "lower edge in": "--", "upper edge in": "--", "width (decades)": w.status,
+               "LRs tried": int(r["n_lrs"]), "search": r.get("outcome", "")}
+        if w.status == "window":
+            row.update({"good LRs": f"{w.lo:.3g} - {w.hi:.3g}",
+                        "lower edge in": f"[{w.below:.3g}, {w.lo:.3g}]" if w.below else f"<= {w.lo:.3g} ({w.open_lo})",
+                        "upper edge in": f"[{w.hi:.3g}, {w.above:.3g}]" if w.above else f">= {w.hi:.3g} ({w.open_hi})",
+                        "width (decades)": f"{w.width:.2f} to {'open' if w.width_max is None else f'{w.width_max:.2f}'}"})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -98,8 +99,11 @@ def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric:
     elif kind == "copy":
         df, note = copy_table(best, models), "Copy task, string exact match, best over LR, mean ± std over seeds."
     elif kind == "lr_window":
-        df = lr_window(read_csv(cells_csv), metric)
-        note = "Good-LR window: learning rates within 0.05 of the best mean accuracy."
+        from .claims import GOOD
+
+        df = lr_window(best)
+        note = (f"Good learning rates: mean accuracy over the search's seeds at least {GOOD:g}; an edge lies between "
+                "the outermost good learning rate tried and the next one tried.")
     else:
         raise ValueError(f"unknown table kind {kind!r}")
     _save(df, csv_path, tex_path, note, scale)
