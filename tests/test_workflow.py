@@ -29,13 +29,25 @@ def smk(wd: Path, *args, check=True):
     return p
 
 
-# everything `all` builds but the paper (its LaTeX build has its own test, tests/test_paper.py)
-TARGETS = ["results/tiny/fig2.pdf", "results/tiny/tables/cells.csv"]
+def search_reports(scale="tiny"):
+    """The per-search files of a scale (rule search_reports)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from arrepro.grid import Grid
+    from arrepro.rounds import Searches
+
+    grid = Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), scale)
+    return sorted(s.report_path(grid.out) for s in Searches(grid).searches.values())
 
 
-def planned(wd: Path, *args, targets=TARGETS) -> dict[str, int]:
+# everything `all` builds but the paper (its LaTeX build has its own test, tests/test_paper.py): the
+# tiny scale's fixed grid (fig2) and its learning-rate search (fig1)
+TARGETS = ["results/tiny/fig2.pdf", "results/tiny/fig1.pdf", "results/tiny/tables/cells.csv", *search_reports()]
+FIG1_REPORT = next(p for p in search_reports() if "/mqar-L8-" in p)
+
+
+def planned(wd: Path, *args, targets=TARGETS, config=()) -> dict[str, int]:
     """Jobs a dry run would execute, by rule."""
-    out = smk(wd, "-n", *targets, *args, "--config", "scale=tiny").stdout
+    out = smk(wd, "-n", *targets, *args, "--config", "scale=tiny", *config).stdout
     if "Nothing to be done" in out:
         return {}
     table = out.split("Job stats:")[1].split("total")[0]
@@ -89,24 +101,32 @@ def comment_edit(path: Path) -> None:
 
 @pytest.mark.parametrize("path", ["src/arrepro/train.py", "src/arrepro/models/backbone.py", "src/arrepro/models/ops.py",
                                   "src/arrepro/models/mixers/attention.py", "src/arrepro/plots.py",
-                                  "src/arrepro/aggregate.py", "src/arrepro/data/mqar.py"])
+                                  "src/arrepro/aggregate.py", "src/arrepro/data/mqar.py", "src/arrepro/search.py",
+                                  "src/arrepro/rounds.py"])
 def test_a_comment_or_docstring_edit_reruns_nothing(wd, path):
     comment_edit(wd / path)
     assert planned(wd) == {}
+
+
+# the tiny scale: fig2's fixed grid (2 attention cells) and fig1's learning-rate search (attention,
+# 2 start learning rates on 1 seed, then refinement rounds)
+FIXED_CELLS, SEARCH_ROUND0 = 2, 2
 
 
 def test_editing_a_model_file_reruns_its_cells_only(wd):
     with open(wd / "src/arrepro/models/mixers/attention.py", "a") as f:
         f.write(CODE_EDIT)
     jobs = planned(wd)
-    assert jobs.get("train") == 2  # the tiny grid's two attention cells
+    # the fixed grid's cells and the search's round 0: the search starts over from round 0 (its
+    # later rounds are decided again from the new results, not replanned from the old ones)
+    assert jobs.get("train") == FIXED_CELLS + SEARCH_ROUND0
     assert "data" not in jobs
 
 
 def test_editing_shared_model_code_reruns_every_cell(wd):
     with open(wd / "src/arrepro/models/ops.py", "a") as f:
         f.write(CODE_EDIT)
-    assert planned(wd).get("train") == 2
+    assert planned(wd).get("train") == FIXED_CELLS + SEARCH_ROUND0
 
 
 def test_editing_plotting_code_reruns_only_the_figure(wd):
@@ -181,18 +201,20 @@ def test_each_figure_pulls_exactly_its_experiments_cells(tmp_path):
 def test_every_job_writes_its_log(done):
     logs = list((done / "results").rglob("*.log"))
     rules = {p.parent.name for p in (done / "results/tiny/logs").rglob("*.log")}
-    assert {"data", "aggregate", "figures"} <= rules and len(list(done.glob("results/cells/**/train.log"))) == 2
+    assert {"data", "aggregate", "figures", "searches"} <= rules
+    assert len(list(done.glob("results/cells/**/train.log"))) == len(list(done.glob("results/cells/**/result.json")))
     empty = [str(p.relative_to(done)) for p in logs if p.stat().st_size == 0]
     assert not empty, f"empty logs: {empty}"
 
 
 def test_an_unreadable_result_is_named_in_the_error_and_the_log(wd):
-    result = next(wd.glob("results/cells/**/result.json"))
+    result = next(wd.glob("results/cells/mqar-L16-*/**/result.json"))
     result.write_text('{"cell": ')  # a truncated file, newer than the tables made from it
     p = smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny", check=False)
     rel = str(result.relative_to(wd))
     assert p.returncode != 0 and rel in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
-    assert rel in (wd / "results/tiny/logs/aggregate/fig2.log").read_text()
+    # its first reader, the search's round job, names it in its log
+    assert rel in (wd / "results/tiny/logs/searches/cells_10min-fig2-round1.log").read_text()
 
 
 def test_a_rerun_cell_appends_to_its_train_log(wd):
@@ -213,17 +235,23 @@ PAPER = {"paper_numbers": 1, "paper": 1, "all": 1}
 
 def test_all_rebuilds_a_deleted_result(wd):
     assert planned(wd, targets=["all"]) == PAPER
-    next(wd.glob("results/cells/**/result.json")).unlink()
-    assert planned(wd, targets=["all"]) == {**PAPER, "train": 1, "aggregate": 1, "figure": 1, "cells_table": 1}
+    next(wd.glob("results/cells/mqar-L16-*/**/result.json")).unlink()  # a cell of fig2's fixed grid
+    # fig2's cell, and the rounds of fig2's group only (fig1's search is not redone)
+    assert planned(wd, targets=["all"]) == {**PAPER, "train": 1, "search_round": 3, "search_reports": 1, "aggregate": 1,
+                                            "figure": 1, "cells_table": 1}
 
 
 def test_all_rebuilds_tables_a_failed_aggregate_deleted(wd):
-    result = next(wd.glob("results/cells/**/result.json"))
-    good = result.read_text()
-    result.write_text("{")
-    assert smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny", check=False).returncode != 0
+    plan = wd / "results/tiny/searches/rounds/cells_10min-fig2/round3.json"  # read by fig2's aggregate only
+    good = plan.read_bytes()
+    plan.write_text("{")
+    (wd / "results/tiny/tables/fig2_best.csv").touch()  # (a newer plan would rerun it anyway)
+    shutil.copystat(wd / "results/tiny/tables/fig2_best.csv", plan)
+    assert smk(wd, "--cores", "1", "--forcerun", "aggregate", "results/tiny/fig2.pdf", "--config", "scale=tiny",
+               check=False).returncode != 0
     assert not (wd / "results/tiny/tables/fig2_best.csv").exists()  # Snakemake deleted the failed job's outputs
-    result.write_text(good)
+    plan.write_bytes(good)
+    shutil.copystat(wd / "results/tiny/tables/fig1_best.csv", plan)
     assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1}
 
 
@@ -241,3 +269,62 @@ def test_scales_keep_their_outputs_apart(done):
 def test_all_rebuilds_a_deleted_table(wd):
     (wd / "results/tiny/tables/fig2_best.csv").unlink()
     assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1}
+
+
+# --------------------------------------------------------------------------- the learning-rate search
+def report(path) -> dict:
+    import json
+
+    return json.loads(Path(path).read_text())
+
+
+def test_the_tiny_search_refines_in_at_least_two_rounds(done):
+    r = report(done / FIG1_REPORT)
+    kinds = [x["kind"] for x in r["rounds"]]
+    assert kinds[0] == "start" and kinds.count("refine") >= 2, kinds
+    assert all(x["reason"] for x in r["rounds"]) and r["state"]["phase"] == "done"
+    # every round's learning rates, accuracies and reason are in the search's file
+    assert all(len(x["accuracies"]) == len(x["cells"]) and all(a[2] is not None for a in x["accuracies"])
+               for x in r["rounds"])
+
+
+def test_a_dry_run_says_what_round_0_trains_and_that_later_rounds_follow(tmp_path):
+    wd = copy_workflow(tmp_path)
+    p = smk(wd, "-n", *TARGETS, "--config", "scale=tiny")
+    assert "Round 0 trains 4 cells" in p.stderr and "later rounds" in p.stderr
+    jobs = planned(wd)
+    assert jobs["train"] == FIXED_CELLS + SEARCH_ROUND0 and jobs["search_round"] >= 1
+
+
+def test_an_interrupted_search_resumes_without_redoing_finished_rounds_and_decides_the_same(done, tmp_path):
+    """Stopped after its first refinement round, the search resumes from there: the cells of the
+    rounds already run are not trained again, and its file equals an uninterrupted run's."""
+    wd = copy_workflow(tmp_path)
+    smk(wd, "--cores", "2", "results/tiny/searches/rounds/cells_10min-fig1/round2.json", "--config", "scale=tiny")
+    before = {str(p.parent.relative_to(wd)) for p in wd.glob("results/cells/mqar-L8-*/**/result.json")}
+    assert len(before) == SEARCH_ROUND0 + 2  # round 0 and the first refinement round
+    out = smk(wd, "--cores", "2", *TARGETS, "--config", "scale=tiny").stdout
+    trained = set(re.findall(r"output: (results/cells/\S+)/result\.json", out))
+    assert trained and not trained & before, "a finished round's cell was trained again"
+    assert report(wd / FIG1_REPORT) == report(done / FIG1_REPORT)  # the same decisions, the same numbers
+
+
+def test_editing_the_search_code_reruns_its_rounds_not_its_cells(wd):
+    with open(wd / "src/arrepro/search.py", "a") as f:
+        f.write(CODE_EDIT)
+    jobs = planned(wd)
+    assert "train" not in jobs and jobs["search_round"] >= 1
+
+
+def test_adding_a_model_to_a_searched_grid_runs_only_its_search(wd):
+    edit_config(wd, lambda c: c["scales"]["tiny"]["experiments"]["fig1"]["grids"][0]["models"].append("based"))
+    out = smk(wd, "-n", *TARGETS, "--config", "scale=tiny").stdout
+    trained = set(re.findall(r"output: results/cells/[^/]+/(\w+)/[^\s,]+/result\.json", out))
+    assert trained == {"based"} and planned(wd)["train"] == SEARCH_ROUND0  # its round 0; the rest follows
+
+
+def test_the_fixed_grid_protocol_plans_every_learning_rate_on_every_seed(tmp_path):
+    wd = copy_workflow(tmp_path)
+    p = smk(wd, "-n", *TARGETS[:3], "--config", "scale=tiny", "lr_protocol=grid")
+    assert "lr_protocol: grid" in p.stderr and "0 refine" in p.stderr
+    assert planned(wd, targets=TARGETS[:3], config=["lr_protocol=grid"])["train"] == FIXED_CELLS + 2

@@ -9,8 +9,6 @@ import time
 import traceback
 from pathlib import Path
 
-import pandas as pd
-
 
 class UnreadableFile(ValueError):
     """A result file that could not be read or parsed; the message starts with its path."""
@@ -21,7 +19,7 @@ def naming(path):
     """Re-raise any error reading ``path`` as UnreadableFile naming it."""
     try:
         yield
-    except (OSError, ValueError, pd.errors.ParserError) as err:
+    except (OSError, ValueError) as err:  # (pandas' ParserError is a ValueError)
         if isinstance(err, UnreadableFile):
             raise
         raise UnreadableFile(f"{path}: cannot read it: {type(err).__name__}: {err}") from err
@@ -37,7 +35,9 @@ def read_jsonl(path) -> list[dict]:
         return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def read_csv(path, **kwargs) -> pd.DataFrame:
+def read_csv(path, **kwargs):
+    import pandas as pd  # (the search's round jobs import this module and need no pandas)
+
     with naming(path):
         return pd.read_csv(path, **kwargs)
 

@@ -307,9 +307,94 @@ def paper_scale_summary(paper: dict | None) -> str:
             f"{len(seeds)} seeds")
 
 
+def _lrs_text(lrs) -> str:
+    lrs = sorted(float(x) for x in lrs)
+    return f"{len(lrs)} from {fmt_lr(lrs[0])} to {fmt_lr(lrs[-1])}" if len(lrs) > 1 else fmt_lr(lrs[0])
+
+
+def searched(g: dict, meta: dict) -> dict | None:
+    """The lr_searches entry (defaults filled in) a grid runs under the scale's protocol, or None
+    for a fixed grid."""
+    from .grid import schema_defaults
+
+    if meta.get("lr_protocol", "search") != "search" or "search" not in g:
+        return None
+    return {**schema_defaults("search"), **meta["lr_searches"][g["search"]]}
+
+
+def grid_lrs_text(g: dict, meta: dict) -> str:
+    """A grid's learning rates in words: its search (start grid, range, resolution, rounds, search
+    seeds) or its fixed grid."""
+    fixed = lr_grid(g, meta["lr_grids"])
+    d = searched(g, meta)
+    if d is None:
+        named = f"grid \\emph{{{tex_escape(g['lrs'])}}}, " if isinstance(g["lrs"], str) else ""
+        return f"{named}{_lrs_text(fixed)} on every seed"
+    start = lr_grid({"lrs": d["start"]}, meta["lr_grids"]) if "start" in d else fixed
+    lo, hi = d.get("range", (min(start), max(start)))
+    seeds = "every seed" if d["search_seeds"] == "all" else f"the first {d['search_seeds']} seed(s)"
+    if not d["rounds"]:
+        return f"search \\emph{{{tex_escape(g['search'])}}}: {_lrs_text(start)} on {seeds}, no refinement"
+    return (f"search \\emph{{{tex_escape(g['search'])}}}: start {_lrs_text(start)}, within {fmt_lr(lo)} to "
+            f"{fmt_lr(hi)}, to {d['resolution']:g} decades, at most {d['rounds']} rounds of {d['per_round']}, on "
+            f"{seeds}{', window resolved' if d['window'] else ''}")
+
+
+def protocol_text(meta: dict) -> str:
+    """The learning-rate protocol of the scale's grids, in words, with its parameters."""
+    grids = [g for e in meta["experiments"].values() for g in e["grids"]]
+    names = list(dict.fromkeys(g["search"] for g in grids if searched(g, meta) is not None))
+    if not names:
+        return ("Every grid trains its fixed learning rates on every seed (the literal reading of the paper's "
+                "Appendix~A.2), and the learning rate with the best mean over seeds is reported; among tied best "
+                "means, the middle one.")
+    text = ("Learning rates are chosen by a deterministic search, one per setting, which the workflow runs in "
+            "rounds (\\texttt{src/arrepro/search.py}; every decision and its reason is written to a file). Round~0 "
+            "trains a start grid on the search seed(s). Then, for at most a given number of rounds, each adding at "
+            "most a given number of learning rates: a best learning rate on the edge of what was tried extends the "
+            "search outward by the start grid's step, never leaving the search's range; otherwise new learning rates "
+            "bracket the best at geometric midpoints until its nearest neighbours lie within the resolution; where "
+            "a window is reported, its two edges are resolved the same way. Refinement stops at that resolution, "
+            "at the round budget, on a plateau (two learning rates at the plateau mark or above) or when no "
+            "learning rate reaches the learned threshold. If the two best learning rates on the search seeds are "
+            "within the tie margin of each other, both train more seeds and the better mean over them decides. The "
+            "chosen learning rate then trains every reported seed, and the statistic is taken there. Curves of "
+            "accuracy against learning rate search on every seed. The searches of this scale: ")
+    parts = []
+    for n in names:
+        d = {**searched({"search": n}, meta)}
+        start = d.get("start")
+        start_txt = "the grid's own learning rates" if start is None else _lrs_text(lr_grid({"lrs": start}, meta["lr_grids"]))
+        rng = f", range {fmt_lr(d['range'][0])} to {fmt_lr(d['range'][1])}" if "range" in d else ""
+        seeds = "every seed" if d["search_seeds"] == "all" else f"{d['search_seeds']} seed(s)"
+        parts.append(f"\\emph{{{tex_escape(n)}}}: start {start_txt}{rng}, resolution {d['resolution']:g} decades, "
+                     f"at most {d['rounds']} rounds of {d['per_round']}, search on {seeds}"
+                     f"{', window resolved' if d['window'] else ''}, tie margin {d['tie']:g} settled on "
+                     f"{d['tie_seeds']} more seeds, plateau at {d['plateau']:g}")
+    fixed = any(searched(g, meta) is None for g in grids)
+    return (text + "; ".join(parts) + "." + (" Grids without a search train their fixed learning rates on every "
+                                             "seed." if fixed else ""))
+
+
+OUTCOMES = {"resolved": "a best resolved to the search's resolution", "plateau": "a plateau at the top",
+            "range": "a best on a bound of the search's range", "budget": "a best still unresolved when the "
+            "round budget ran out", "not learned": "no learning rate learned", "fixed": "a fixed grid"}
+
+
+def outcome_text(results: dict) -> str:
+    """How this scale's searches ended, counted once per search (from the best tables)."""
+    best = pd.concat([r.best for r in results.values() if "outcome" in r.best.columns], ignore_index=True)
+    if best.empty or "search" not in best.columns:
+        return ""
+    per = best.drop_duplicates("search")["outcome"].value_counts()
+    cells = pd.concat([r.cells for r in results.values()], ignore_index=True).drop_duplicates("cell_dir")
+    parts = [f"{int(per[k])} {v}" for k, v in OUTCOMES.items() if k in per]
+    return (f"Of this scale's {len(per) and int(per.sum())} settings' searches, {', '.join(parts)}; they trained "
+            f"{fmt_int(len(cells))} cells in all.")
+
+
 def setup_tex(meta: dict) -> str:
     """\\SetupTables (a table float of tasks and recipes) and \\SetupGrids (each experiment's grids)."""
-    lr_grids = meta["lr_grids"]
     out = [r"\newcommand{\SetupTables}{\begin{table}[htbp]\centering\small",
            r"\caption{Tasks and recipes of scale \textbf{" + tex_escape(meta["scale"]) + r"} (from config.yaml).}"
            r"\label{tab:setup}",
@@ -331,14 +416,11 @@ def setup_tex(meta: dict) -> str:
     for exp, e in meta["experiments"].items():
         out.append(f"\\item[{tex_escape(exp)}] \\emph{{{tex_escape(e.get('title', exp))}}}.")
         for g in e["grids"]:
-            lrs = sorted(lr_grid(g, lr_grids))
-            named = f"grid \\emph{{{tex_escape(g['lrs'])}}}, " if isinstance(g["lrs"], str) else ""
             out.append(
                 f"Series \\emph{{{tex_escape(g.get('series', 'main'))}}}: tasks {tex_escape(', '.join(g['tasks']))}; "
                 f"models {tex_escape(', '.join(g['models']))}; widths {', '.join(map(str, g['widths']))}; "
-                f"layers {', '.join(map(str, g['layers']))}; learning rates: {named}{len(lrs)} from "
-                f"{fmt_lr(lrs[0])} to {fmt_lr(lrs[-1])}; seeds {', '.join(map(str, g['seeds']))}; "
-                f"recipe {tex_escape(g['recipe'])}.")
+                f"layers {', '.join(map(str, g['layers']))}; learning rates: {grid_lrs_text(g, meta)}; "
+                f"seeds {', '.join(map(str, g['seeds']))}; recipe {tex_escape(g['recipe'])}.")
     out.append(r"\end{description}}")
     out.append(r"\newcommand{\FidelityTable}{" + fidelity_tex(meta) + "}")
     return "\n".join(out) + "\n"
@@ -424,6 +506,8 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
         "PaperScaleSummary": paper_scale_summary(meta.get("paper_scale")),
         "TaskSummary": tasks_summary(meta["tasks"]),
         "RecipeSummary": recipes_summary(meta["recipes"]),
+        "LrProtocolText": protocol_text(meta),
+        "LrOutcomeText": outcome_text(results),
     }
     lines = ["% Generated by src/arrepro/paper.py from results/tables/*_{best,cells}.csv: do not edit.",
              r"\providecommand{\arset}[2]{\expandafter\def\csname ar@#1\endcsname{#2}}",
@@ -467,9 +551,12 @@ def write_paper_inputs(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[s
 
 
 def grid_meta(grid, config: dict) -> dict:
-    """What the paper needs from the config (workflow/rules/paper.smk builds the same from GRID)."""
+    """What the paper needs from the config (the paper_numbers rule's param)."""
+    from .grid import schema_defaults
+
     return {"scale": grid.scale_name, "device": grid.scale.get("device", "auto"), "tasks": grid.scale["tasks"],
             "recipes": grid.scale["recipes"], "experiments": grid.experiments, "lr_grids": config["lr_grids"],
             "reference_lrs": {e: grid.reference_lrs(e) for e in grid.experiments},
             "metric": config["aggregate"]["metric"], "paper_scale": config["scales"].get("paper"),
-            "models": config["models"]}
+            "models": config["models"], "lr_protocol": config.get("lr_protocol", schema_defaults()["lr_protocol"]),
+            "lr_searches": config.get("lr_searches", {})}

@@ -11,9 +11,10 @@ reports the search that a learning-rate curve of the same setting ran on every s
 start grids (two fixed grids, say) are different searches; their cells are shared where they
 coincide.
 
-Searches run in rounds, per *group* of settings of similar cost (the resource tiers of
+Searches run in rounds, per *group* of settings: of similar cost (the resource tiers of
 ``arrepro.resources``: a round waits for its slowest cell, so a 10-minute cell does not wait for
-an 18-hour one). Round 0 is known from the config; round r >= 1 of a group is decided by one job
+an 18-hour one) and serving the same experiments (so that one figure's target trains only its
+own searches' cells). Round 0 is known from the config; round r >= 1 of a group is decided by one job
 (the workflow's checkpoint ``search_round``) from the results of every earlier cell of the
 group's searches, and written to ``{out}/searches/rounds/{group}/round{r}.json``: each search's
 spec, its rounds so far (cells and the reason for each) and its state. The group's last round
@@ -24,13 +25,13 @@ Pure Python (no torch): the Snakefile imports it.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import claims
 from .grid import CELL_ROOT, Cell, ConfigError, Grid, fmt_lr, schema_defaults, short_hash
 from .search import Round, SearchSpec, State, cells_of, decide, window
 
@@ -92,19 +93,27 @@ class Searches:
                 where = f"scales.{grid.scale_name}.experiments.{exp}.grids[{i}]"
                 for setting in settings_of(grid, g):
                     wanted.setdefault((setting, metric), []).append((self._spec(g, setting, metric, where), where))
-        self.searches: dict[str, Search] = {}
         resolved: dict[tuple[Setting, str, str], Search] = {}  # (setting, metric, core) -> its search
         for (setting, metric), specs in wanted.items():
             for spec in merge([s for s, _ in specs]):
-                search = Search(setting, spec, metric, self._group(setting))
-                self.searches.setdefault(search.key, search)
-                resolved[(setting, metric, _core_key(spec))] = search
+                resolved[(setting, metric, _core_key(spec))] = Search(setting, spec, metric, "")
         for exp, e in grid.experiments.items():  # each grid's searches: the merged one of its own spec
             metric = grid.metric(exp)
             for i, g in enumerate(e["grids"]):
                 where = f"scales.{grid.scale_name}.experiments.{exp}.grids[{i}]"
-                self.by_grid[(exp, i)] = [resolved[(st, metric, _core_key(self._spec(g, st, metric, where)))]
+                self.by_grid[(exp, i)] = [resolved[(st, metric, _core_key(self._spec(g, st, metric, where)))].key
                                           for st in settings_of(grid, g)]
+        # groups: settings of one cost tier serving the same experiments (so that a figure's target
+        # runs the rounds of its own searches only)
+        serves: dict[str, set[str]] = {}
+        for (exp, _), keys in self.by_grid.items():
+            for k in keys:
+                serves.setdefault(k, set()).add(exp)
+        self.searches: dict[str, Search] = {}
+        for s in resolved.values():
+            group = f"{self._tier(s.setting)}-{'+'.join(sorted(serves[s.key]))}"
+            self.searches[s.key] = dataclasses.replace(s, group=group)
+        self.by_grid = {k: [self.searches[key] for key in keys] for k, keys in self.by_grid.items()}
         self.groups: dict[str, list[Search]] = {}
         for s in self.searches.values():
             self.groups.setdefault(s.group, []).append(s)
@@ -114,6 +123,8 @@ class Searches:
         return _cached_spec(self, json.dumps(g, sort_keys=True, default=str), setting, metric, where)
 
     def _spec_uncached(self, g: dict, setting: Setting, metric: str, where: str) -> SearchSpec:
+        from . import claims  # (pandas: not needed by the round jobs, which import this module)
+
         cfg = self.grid.config
         seeds = tuple(int(s) for s in g["seeds"])
         task = self.grid.tasks[setting.task]
@@ -140,7 +151,7 @@ class Searches:
         except ValueError as err:
             raise ConfigError(f"{key}: {err} (used by {where})") from None
 
-    def _group(self, setting: Setting) -> str:
+    def _tier(self, setting: Setting) -> str:
         from . import resources
 
         spec = self.grid.cell_spec(setting.task, setting.model, setting.width, setting.layers, setting.recipe,
@@ -178,11 +189,10 @@ class Searches:
         """What the searches train: round 0 now, the rest as results come in."""
         if not self.searches:
             return "learning-rate searches: none"
-        groups = ", ".join(f"{g} {len(v)}" for g, v in sorted(self.groups.items()))
         refined = sum(1 for s in self.searches.values() if s.spec.rounds)
         rounds = max(s.spec.rounds for s in self.searches.values())
         return (f"learning-rate searches (lr_protocol: {self.protocol}): {len(self.searches):,} settings in "
-                f"{len(self.groups)} group(s) of similar cost ({groups}); {refined:,} refine. Round 0 trains "
+                f"{len(self.groups)} group(s) (by cost and by the experiments they serve); {refined:,} refine. Round 0 trains "
                 f"{len(self.round0_cells()):,} cells; each group's later rounds (up to {rounds} refining, then one "
                 f"settling near ties, one reporting every seed at the chosen learning rate) are planned by its "
                 f"search_round jobs as results come in: at most {self.max_cells():,} cells in all. Decisions: "

@@ -2,14 +2,6 @@
 # learning rate).
 
 
-def experiment_series(exp):
-    """Each series of an experiment and the searches of its grids, in config order."""
-    series = {}
-    for name, s in SEARCHES.of_experiment(exp):
-        series.setdefault(name, []).append(s.key)
-    return [{"series": k, "searches": list(dict.fromkeys(v))} for k, v in series.items()]
-
-
 AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/search.py", "src/arrepro/files.py", "scripts/aggregate.py")
 
 

@@ -5,6 +5,7 @@ import os
 
 from snakemake.exceptions import WorkflowError
 
+from arrepro import rounds as lr_rounds
 from arrepro.digest import source_digest
 from arrepro.grid import CELL_PATTERN, ConfigError, DATA_SOURCES, Grid, one_of, prepare_job_environment, train_sources
 
@@ -14,6 +15,12 @@ prepare_job_environment(ROOT)
 
 try:
     GRID = Grid(config)
+except (ConfigError, KeyError) as err:
+    raise WorkflowError(f"config.yaml: {err}")
+
+# the learning-rate searches (src/arrepro/rounds.py): what every grid trains, round by round
+try:
+    SEARCHES = lr_rounds.Searches(GRID)
 except (ConfigError, KeyError) as err:
     raise WorkflowError(f"config.yaml: {err}")
 
@@ -77,3 +84,41 @@ def figure_inputs(wc):
     if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics
         inputs["metrics"] = [f"{c.path}/metrics.jsonl" for c in searched_cells(wc.exp)]
     return inputs
+
+
+def plan_of(group, r):
+    """The plan of a group's round r (None: round 0, from the config); waits for its checkpoint."""
+    if int(r) == 0:
+        return None
+    return lr_rounds.read_plan(checkpoints.search_round.get(group=group, round=str(r)).output.plan)
+
+
+def search_round_inputs(wc):
+    """A round's inputs: the plan of the round before and the results of every cell so far."""
+    r = int(wc.round)
+    previous = plan_of(wc.group, r - 1)
+    inputs = {"results": cell_results(lr_rounds.round_cells(SEARCHES, wc.group, previous))}
+    if r > 1:
+        inputs["previous"] = lr_rounds.plan_path(OUT, wc.group, r - 1)
+    return inputs
+
+
+def final_plans(groups):
+    """group -> the plan of its last round (waits for the group's rounds)."""
+    return {g: plan_of(g, SEARCHES.final_round(g)) for g in groups}
+
+
+def searched_cells(exp):
+    """The cells of an experiment's searches, every round's, from its groups' last plans."""
+    plans = final_plans(SEARCHES.experiment_groups(exp))
+    rounds = (lr_rounds.plan_rounds(plans[s.group], s.key) for _, s in SEARCHES.of_experiment(exp))
+    return list(dict.fromkeys(c for (_, s), r in zip(SEARCHES.of_experiment(exp), rounds)
+                              for c in lr_rounds.search_cells(s, r)))
+
+
+def experiment_series(exp):
+    """Each series of an experiment and the searches of its grids, in config order."""
+    series = {}
+    for name, s in SEARCHES.of_experiment(exp):
+        series.setdefault(name, []).append(s.key)
+    return [{"series": k, "searches": list(dict.fromkeys(v))} for k, v in series.items()]

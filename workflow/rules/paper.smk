@@ -1,3 +1,5 @@
+from arrepro.paper import grid_meta as paper_meta  # noqa: E402
+
 # Stage 5: the manuscript, results/{scale}/paper.pdf. Its prose is paper/main.tex; every number in it is a
 # macro that paper_numbers computes from the experiments' tables, and it includes every figure
 # (results/{scale}/EXP.pdf) and table (results/{scale}/EXP.tex) that the scale declares (the Snakefile's FIGURES
@@ -14,21 +16,10 @@ rule paper_numbers:
         # read for its \R{key}s: one that numbers.tex cannot define fails here, naming the key
         tex="paper/main.tex",
     params:
-        code=code("src/arrepro/paper.py", "src/arrepro/claims.py", "src/arrepro/fidelity.py", "src/arrepro/tables.py",
-                  "src/arrepro/files.py", "scripts/paper_numbers.py"),
-        # what the manuscript says about the setup, from the config (arrepro.paper.grid_meta)
-        meta={
-            "scale": GRID.scale_name,
-            "device": GRID.scale.get("device", "auto"),
-            "tasks": GRID.scale["tasks"],
-            "recipes": GRID.scale["recipes"],
-            "experiments": GRID.experiments,
-            "lr_grids": config["lr_grids"],
-            "reference_lrs": {e: GRID.reference_lrs(e) for e in EXPERIMENTS},
-            "metric": config["aggregate"]["metric"],
-            "paper_scale": config["scales"].get("paper"),
-            "models": config["models"],
-        },
+        code=code("src/arrepro/paper.py", "src/arrepro/claims.py", "src/arrepro/search.py", "src/arrepro/aggregate.py",
+                  "src/arrepro/fidelity.py", "src/arrepro/tables.py", "src/arrepro/files.py", "scripts/paper_numbers.py"),
+        # what the manuscript says about the setup, from the config
+        meta=paper_meta(GRID, config),
     log:
         f"{OUT}/logs/paper_numbers.log",
     conda:
