@@ -164,3 +164,27 @@ def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert_ran_at_once(run.stderr + run.stdout, 2)
     assert_as_one_by_one(together, cells, tmp_path / "apart")
+
+
+# --------------------------------------------------------------------------- the learning-rate protocol
+def test_the_paper_scale_on_the_search_protocol_stays_within_its_budget(config):
+    """Issue 16's budget: the paper scale's searches, every round budget spent, at most 8,000
+    cells and 10,000 estimated GPU-hours; the fixed grid (lr_protocol: grid) is today's grid."""
+    grid = Grid(config, "paper")
+    pp = R.protocol_plan(grid)
+    assert pp["protocol"] == "search" and pp["cells_round0"] < pp["cells_max"] <= 8000
+    assert pp["gpu_hours_estimated_max"] <= 10_000
+    assert pp["cells_fixed_grid"] == len(grid.all_cells()) > 2 * pp["cells_max"]
+    fixed = R.protocol_plan(grid, protocol="grid")
+    assert fixed["cells_round0"] == fixed["cells_max"] == pp["cells_fixed_grid"]
+
+
+def test_the_plan_prints_as_json_for_scripts():
+    import json
+
+    p = subprocess.run([sys.executable, "-m", "arrepro.resources", "paper", "--json"], capture_output=True, text=True,
+                       cwd=ROOT, check=True)
+    plan = json.loads(p.stdout)
+    assert {"cells_round0", "cells_max", "gpu_hours_estimated_round0", "gpu_hours_estimated_max",
+            "gpu_hours_requested_max", "by_kind", "cells_fixed_grid"} <= set(plan)
+    assert sum(k["cells_max"] for k in plan["by_kind"].values()) >= plan["cells_max"]

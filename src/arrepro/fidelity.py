@@ -67,6 +67,21 @@ def _lrs(c, exp, i):
     return c["lr_grids"][g["lrs"]] if isinstance(g["lrs"], str) else g["lrs"]
 
 
+def _searches_used(c):
+    return sorted({g["search"] for e in _scale(c)["experiments"].values() for g in e["grids"] if "search" in g})
+
+
+def _search_text(c, name):
+    from .grid import schema_defaults
+
+    d = {**schema_defaults("search"), **c["lr_searches"][name]}
+    start = d.get("start", "the grid's lrs")
+    start = c["lr_grids"][start] if isinstance(start, str) and start in c["lr_grids"] else start
+    seeds = d["search_seeds"]
+    return (f"start {start}, range {d.get('range', 'the start span')}, {d['resolution']} dec., {d['rounds']}x{d['per_round']}, "
+            f"search seeds {seeds}{', window' if d['window'] else ''}")
+
+
 def _all_seeds(c):
     return sorted({s for e in _scale(c)["experiments"].values() for g in e["grids"] for s in g["seeds"]})
 
@@ -106,6 +121,11 @@ REFERENCE: list[Ref] = [
         SILENT, source="Table 4: 'No PE, Absolute PE, Relative PE, Learned PE' (forms not given)"),
     Ref("seeds", _all_seeds, [42, 123, 456, 777, 789], source="A.2: 'five random seeds (42, 123, 777, 456 and 789)'"),
     Ref("lr_grids.fine", lambda c: c["lr_grids"]["fine"], SILENT, source="A.2: 'a learning rate sweep' (values not given)"),
+    Ref("lr_protocol", lambda c: c.get("lr_protocol", "search"), SILENT,
+        source="A.2: 'each configuration undergoes a learning rate sweep', 'five random seeds'; Sec. 1: 'over 3,000 "
+               "runs and approximately 20,000 GPU hours'"),
+    Ref("lr_searches", lambda c: {n: _search_text(c, n) for n in _searches_used(c)}, SILENT,
+        source="A.2: 'a learning rate sweep' (values not given)"),
     Ref("lr_grids.zoology", lambda c: c["lr_grids"]["zoology"], SILENT, [1.0e-4, 4.64e-4, 2.15e-3, 1.0e-2],
         source="Zoology iclr24_zoology_figure2/configs.py: np.logspace(-4, -2, 4)"),
     Ref("experiments.fig1.widths", _grid("fig1", 0, "widths"), SILENT, source="Fig. 1 caption (width not given)"),

@@ -77,12 +77,13 @@ def mixer_of(wc):
 
 
 def figure_inputs(wc):
+    """A figure's tables (and the published points it overlays). A dynamics figure also reads its
+    cells' metrics.jsonl, which the cells' train jobs wrote with the result.json files the
+    aggregate job read: the tables are newer than them."""
     exp = GRID.experiments[wc.exp]
     inputs = {"cells": f"{OUT}/tables/{wc.exp}_cells.csv", "best": f"{OUT}/tables/{wc.exp}_best.csv"}
     if "published" in exp:
         inputs["published"] = exp["published"]
-    if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics
-        inputs["metrics"] = [f"{c.path}/metrics.jsonl" for c in searched_cells(wc.exp)]
     return inputs
 
 
