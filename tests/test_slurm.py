@@ -467,6 +467,14 @@ def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, fa
         assert read_table(local / t) == read_table(via_slurm / t), t
     for fig in (local / "results" / "tiny").glob("*.pdf"):
         assert (via_slurm / fig.relative_to(local)).stat().st_size > 0
+    # the learning-rate search: the same rounds and decisions, at least two of them refining
+    reports = sorted(p.relative_to(local) for p in (local / "results/tiny/searches").rglob("*.json")
+                     if "/rounds/" not in str(p))
+    assert reports
+    for r in reports:
+        assert json.loads((local / r).read_text()) == json.loads((via_slurm / r).read_text()), r
+    kinds = [[x["kind"] for x in json.loads((local / r).read_text())["rounds"]] for r in reports]
+    assert max(k.count("refine") for k in kinds) >= 2, kinds
 
     # what Slurm ran: every job completed; the cells as bundles on the GPU partition, the rest on the CPU one
     cpu, gpu = profile_partitions()
@@ -474,8 +482,7 @@ def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, fa
     assert jobs and all(j["State"] == "COMPLETED" for j in jobs), jobs
     train = [j for j in jobs if "train" in j["Comment"]]
     assert all(j["Partition"] == gpu for j in train) and all(j["Partition"] == cpu for j in jobs if j not in train)
-    assert len(train) == R.plan(Grid(config, "tiny"))["train_jobs"]
-    assert len(train) < len(cells), "the tiny cells should share a Slurm job"
+    assert len(train) < len(cells), "the tiny cells of a round should share a Slurm job"
     assert {j["Comment"].split("_wildcards_")[0] for j in jobs if j not in train} >= {
         "rule_data", "rule_aggregate", "rule_cells_table", "rule_figure"}
 
