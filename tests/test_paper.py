@@ -93,6 +93,7 @@ def fabricate_results(wd: Path, scale: str, config: dict) -> None:
             same = (cells[["series", "task", "model", "width", "layers", "lr"]]
                     == first[["series", "task", "model", "width", "layers", "lr"]]).all(axis=1)
             cells.loc[same, grid.metric(exp)] = PLANTED
+            cells.loc[same, "diverged"] = False  # (a diverged run's accuracy counts as 0)
         cells.to_csv(out / f"tables/{exp}_cells.csv", index=False)
         best_over_lr(cells, grid.metric(exp)).to_csv(out / f"tables/{exp}_best.csv", index=False)
         if "plot" in grid.experiments[exp]:

@@ -431,7 +431,8 @@ def fidelity_tex(meta: dict) -> str:
     if not meta.get("paper_scale") or not meta.get("models"):
         return r"\emph{The configuration declares no paper scale.}"
     config = {"models": meta["models"], "lr_grids": meta["lr_grids"], "aggregate": {"metric": meta["metric"]},
-              "scales": {"paper": meta["paper_scale"]}}
+              "scales": {"paper": meta["paper_scale"]}, "lr_protocol": meta.get("lr_protocol", "search"),
+              "lr_searches": meta.get("lr_searches", {})}
     return fidelity.latex(config, tex_escape)
 
 
