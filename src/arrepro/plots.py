@@ -3,6 +3,7 @@ each names its scale (demo or paper) on the figure."""
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -82,7 +83,8 @@ def width_figure(best, cells, title, scale, paths, published=None, **_):
 
 def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", reference_lrs=(), **_):
     """Accuracy vs learning rate (seeds' mean, max-min bars), one panel per (task, width,
-    layers); Zoology's 4-point grid as dashed vertical lines."""
+    layers), at the learning rates each model's search tried; a ring marks the one it chose
+    (the best table's); Zoology's 4-point grid as dashed vertical lines."""
     sns.set_theme(style="whitegrid", context="paper")
     keys = ["series", "task_name", "seq_len", "model", "width", "layers", "lr"]
     per_lr = cells.groupby(keys)[metric].agg(["mean", "min", "max"]).reset_index()
@@ -98,17 +100,24 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
             g = g.sort_values("lr")
             ax.errorbar(g["lr"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]], color=colors[model],
                         marker="o", ms=4, lw=1.6, capsize=3, label=model)
+            chosen = best[(best["model"] == model) & (best["seq_len"] == p["seq_len"]) & (best["width"] == p["width"])
+                          & (best["layers"] == p["layers"]) & (best["series"] == g["series"].iloc[0])]
+            for lr in chosen["best_lr"]:
+                at = g[g["lr"] == lr]
+                if len(at):
+                    ax.plot(lr, at["mean"].iloc[0], marker="o", ms=11, mfc="none", mec=colors[model], mew=1.4, zorder=4)
         for lr in reference_lrs:
             ax.axvline(lr, color="0.4", ls="--", lw=0.9, zorder=0)
         ax.set_xscale("log")
-        lrs = sorted(sub["lr"].unique())
-        ax.set_xticks(lrs, [f"{lr:.3g}" for lr in lrs], rotation=45, fontsize=7)
-        ax.minorticks_off()
+        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.LogFormatterSciNotation())
         ax.set_xlabel("learning rate")
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"L={p['seq_len']} ({p['task_name']}), width {p['width']}, {p['layers']} layer(s)", fontsize=9)
     axes[0][0].set_ylabel(metric.replace("_", " "))
     handles, names = _legend_entries(axes[0])
+    handles.append(plt.Line2D([], [], color="0.3", marker="o", ms=11, mfc="none", ls="none"))
+    names.append("learning rate chosen")
     if reference_lrs:
         handles.append(plt.Line2D([], [], color="0.4", ls="--"))
         names.append("coarse (Zoology-style) LR grid")
