@@ -134,9 +134,14 @@ def one_of(names) -> str:
 def task_seq_len(task: dict) -> int:
     """The length of a task's model inputs: MQAR's ``seq_len``; the copy task's padded example
     (``CopySpec.seq_len``, which depends on ``max_len``)."""
+    return _seq_len(json.dumps(task, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _seq_len(task_json: str) -> int:
     from .data import task_spec
 
-    return int(task_spec(task).seq_len)
+    return int(task_spec(json.loads(task_json)).seq_len)
 
 
 @functools.lru_cache(maxsize=None)

@@ -64,11 +64,11 @@ class Search:
     metric: str
     group: str
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         return "s" + short_hash({"spec": self.spec.as_dict(), "metric": self.metric})
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         """Unique within a scale: the setting's folder (below results/cells) and the search id."""
         return f"{self.setting.path.removeprefix(CELL_ROOT + '/')}/{self.id}"
@@ -198,6 +198,7 @@ class Searches:
                 f"search_round jobs as results come in: at most {self.max_cells():,} cells in all. Decisions: "
                 f"{self.grid.out}/searches/.")
 
+    @functools.lru_cache(maxsize=None)
     def params(self, group: str) -> str:
         """A group's searches as the round jobs' param: a config change that changes them reruns
         the group's rounds (the cells that stay the same are not retrained)."""
