@@ -209,13 +209,25 @@ def recipe_id(name: str, recipe: dict) -> str:
 
 
 @dataclass(frozen=True)
-class Cell:
+class Setting:
+    """What a learning-rate search runs over: a cell without its learning rate and seed."""
     task: str  # task id (folder name)
     model: str
     width: int
     layers: int
     recipe: str  # recipe id
-    lr: str  # formatted
+
+    @property
+    def path(self) -> str:
+        return CELL_PATTERN.rsplit("/", 1)[0].format(**self.__dict__)
+
+    def cell(self, lr: float, seed: int) -> "Cell":
+        return Cell(self.task, self.model, self.width, self.layers, self.recipe, fmt_lr(lr), int(seed))
+
+
+@dataclass(frozen=True)
+class Cell(Setting):
+    lr: str  # formatted (fmt_lr)
     seed: int
 
     @property

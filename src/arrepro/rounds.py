@@ -32,29 +32,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .grid import CELL_ROOT, Cell, ConfigError, Grid, fmt_lr, schema_defaults, short_hash
+from .grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
 from .search import Round, SearchSpec, State, cells_of, decide, window
 
 PROTOCOLS = ("search", "grid")
 SEARCH_DEFAULTS = schema_defaults("search")  # an lr_searches entry's defaults: the config schema's
 MERGEABLE = ("search_seeds", "window", "rounds", "per_round")  # merged to the most demanding
 BIG = "big"  # the group of cells too big to share a Slurm job (resources.group is None)
-
-
-@dataclass(frozen=True)
-class Setting:
-    task: str  # task id (folder name)
-    model: str
-    width: int
-    layers: int
-    recipe: str  # recipe id
-
-    @property
-    def path(self) -> str:
-        return f"{CELL_ROOT}/{self.task}/{self.model}/w{self.width}-l{self.layers}/{self.recipe}"
-
-    def cell(self, lr: float, seed: int) -> Cell:
-        return Cell(self.task, self.model, self.width, self.layers, self.recipe, fmt_lr(lr), int(seed))
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,19 @@ def _edge_proposals(x: float, tried: list[float], direction: int, spec: SearchSp
     return [midpoint(x, nb)], "gap"
 
 
+def _why(kind: str, subject: str, direction: int, new: list[float]) -> list[str]:
+    """The reason for one side of a point (the best, or a window edge) in words."""
+    side = "below" if direction < 0 else "above"
+    if kind == "edge":
+        return [f"{subject} is the {'lowest' if direction < 0 else 'highest'} learning rate tried: extend {side} to "
+                f"{_lrs(new)}"]
+    if kind == "gap":
+        return [f"bracket {subject} {side}: {_lrs(new)}"]
+    if kind == "range":
+        return [f"{subject} is at the range's {'lower' if direction < 0 else 'upper'} bound: unresolved {side}"]
+    return []
+
+
 def refine(spec: SearchSpec, points: dict[float, float]) -> tuple[list[float], str, str]:
     """What the next refinement round should add, before the round budget: (new learning rates,
     the peak's outcome, the reason). ``points``: lr -> mean over the search seeds. The peak's
@@ -218,17 +231,10 @@ def refine(spec: SearchSpec, points: dict[float, float]) -> tuple[list[float], s
                    f"({_lrs(on_plateau)}); the best is their middle, {b:.3g}")
     else:
         extend: list[float] = []  # an extension outward comes before bracketing the other side
-        for direction, name in ((-1, "below"), (1, "above")):
+        for direction in (-1, 1):
             new, kind = _edge_proposals(b, tried, direction, spec, spec.per_round)
-            if kind == "edge":
-                why.append(f"the best, {b:.3g} (mean {points[b]:.3f}), is the {'lowest' if direction < 0 else 'highest'} "
-                           f"learning rate tried: extend {name} to {_lrs(new)}")
-            elif kind == "gap":
-                why.append(f"bracket the best, {b:.3g} (mean {points[b]:.3f}), {name}: {_lrs(new)}")
-            elif kind == "range":
-                outcome = "range"
-                why.append(f"the best, {b:.3g}, is at the range's {'lower' if direction < 0 else 'upper'} bound: "
-                           "unresolved on that side")
+            why += _why(kind, f"the best, {b:.3g} (mean {points[b]:.3f}),", direction, new)
+            outcome = "range" if kind == "range" else outcome
             (extend if kind == "edge" else peak).extend(new)
         peak = extend + peak
         if peak:
@@ -238,15 +244,9 @@ def refine(spec: SearchSpec, points: dict[float, float]) -> tuple[list[float], s
     edges: list[float] = []
     if spec.window and top >= spec.good:
         good = sorted(lr for lr, m in points.items() if m >= spec.good)
-        for x, direction, name in ((good[0], -1, "lower"), (good[-1], 1, "upper")):
+        for x, direction in ((good[0], -1), (good[-1], 1)):
             new, kind = _edge_proposals(x, tried, direction, spec, 1)
-            if kind == "edge":
-                why.append(f"the good window's {name} edge, {x:.3g}, is the {'lowest' if direction < 0 else 'highest'} "
-                           f"learning rate tried: extend to {_lrs(new)}")
-            elif kind == "gap":
-                why.append(f"resolve the good window's {name} edge (between {x:.3g} and its neighbour): {_lrs(new)}")
-            elif kind == "range":
-                why.append(f"the good window reaches the range's {name} bound: open on that side")
+            why += _why(kind, f"the good window's {'lower' if direction < 0 else 'upper'} edge, {x:.3g},", direction, new)
             edges += new
     new = []
     for x in peak + edges:  # the peak first, then the window's edges; nothing tried twice
