@@ -97,7 +97,7 @@ def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
 @functools.lru_cache(maxsize=None)
 def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     pkg = "src/arrepro"
-    files = [f"{pkg}/train.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
+    files = [f"{pkg}/train.py", f"{pkg}/numerics.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
              f"{pkg}/models/registry.py", f"{pkg}/models/kernels.py"]
     todo, seen = [mixer], []
     while todo:
