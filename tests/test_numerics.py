@@ -126,3 +126,40 @@ def test_a_resumed_cell_with_other_numerics_is_not_pinned():
     merged = numerics.merge(other, now)
     assert merged["pinned"] is False and merged["earlier"] == other
     assert "an earlier attempt" in merged["problems"][-1]
+
+
+FUSED_BITS = """
+import hashlib, sys, torch
+from arrepro.models.cpu_kernels import common, selective_scan_cpu as k
+g = torch.Generator().manual_seed(0)
+B, L, E, N = 3, 29, 19, 16  # 19 channels: two stripes of 8 and a remainder
+args = [torch.rand(B, L, E, generator=g) * 0.2, -torch.rand(E, N, generator=g) * 4 - 0.1,
+        torch.randn(B, L, E, generator=g), torch.randn(B, L, N, generator=g), torch.randn(B, L, N, generator=g)]
+args = [a.requires_grad_() for a in args]
+dt, A, x, Bm, Cm = args
+y = k.selective_scan(x, dt, A, Bm, Cm)
+grads = torch.autograd.grad(y.square().sum(), args)
+print(common.CODEGEN)
+print(hashlib.sha256(b"".join(t.detach().numpy().tobytes() for t in (y, *grads))).hexdigest())
+"""
+
+
+@needs_avx2
+def test_fused_cpu_kernel_gives_the_same_bits_from_its_sse2_and_avx2_builds():
+    """The fused scan compiled for plain x86-64 (SSE2, what a CPU without AVX2 runs) and with AVX2
+    (what this one runs) gives the same output and gradient bits: no FMA, no reassociation, sums
+    in a fixed order, its own exp. A build for this CPU's own features (numba's default target,
+    FMA available) runs too and says whether it differs (printed: LLVM contracts nothing without
+    a fast-math flag, so here it does not; the generic target does not rely on that)."""
+    out = {}
+    for isa in ("sse2", "avx2", "host"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+        env.update(PYTHONPATH=str(ROOT / "src"), ARREPRO_CPU_KERNEL_ISA=isa)
+        code = FUSED_BITS if isa != "host" else "import numba\n" + FUSED_BITS  # numba first: host target
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        out[isa] = p.stdout.split()
+    assert "(SSE2)" in " ".join(out["sse2"][:-1]) and "AVX2, no FMA" in " ".join(out["avx2"][:-1])
+    assert out["sse2"][-1] == out["avx2"][-1], "the SSE2 and AVX2 builds of the fused scan differ"
+    assert " host " in " ".join(out["host"][:-1])
+    print("host build (FMA allowed):", "same bits" if out["host"][-1] == out["avx2"][-1] else "other bits")

@@ -3,13 +3,15 @@ every x86-64 CPU, and an exp of their own.
 
 The portable paths (pure PyTorch) of the recurrent mixers materialise (batch, length, channels,
 state) tensors and run ~3 sqrt(L) batched torch ops over them, forward and backward. The kernels
-in this package instead walk the sequence once with the states in cache, and keep what the
-backward pass needs in small per-batch-element buffers (recomputed there, not saved).
+in this package instead walk the sequence once, each step's states updated in cache in one pass
+(decay, input, output together), and recompute in the backward pass what is cheaper to recompute
+than to store (Mamba's decays; its states are stored).
 
 Numerics, chosen so that a kernel's result is the same bits on every x86-64 CPU:
-* code generated for the generic x86-64 target (``NUMBA_CPU_NAME=generic``, set by the package's
-  ``__init__`` before numba is imported; SSE2 only, no FMA), numba's default IEEE semantics (no fastmath: no reassociation,
-  no contraction), and a fixed order for every sum (each kernel's docstring says which);
+* code generated for the generic x86-64 target, with AVX2 where the CPU has it, never FMA (set by
+  the package's ``__init__`` before numba is imported), numba's default IEEE semantics (no
+  fastmath: no reassociation, no contraction), and a fixed order for every sum (each kernel's
+  docstring says which): the same bits from the SSE2 and the AVX2 build;
 * an exp of our own (``exp``: Cody-Waite reduction by ln 2, a Taylor polynomial of degree 13 in
   fp64 and 7 in fp32, exact scaling by 2^k; ~1 ulp), not libm's, whose variant depends on the CPU
   and the C library; branch-free so that the loops around it vectorise. Its argument is clamped to
@@ -25,14 +27,21 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-CODEGEN = f"numba {numba.__version__}, target {numba.config.CPU_NAME or 'host'}"
+from . import ISA
+
+_NAMES = {"": "x86-64 (SSE2)", ISA["avx2"]: "x86-64 + AVX2, no FMA"}
+CODEGEN = (f"numba {numba.__version__}, {numba.config.CPU_NAME or 'host'} "
+           + _NAMES.get(numba.config.CPU_FEATURES, f"(features {numba.config.CPU_FEATURES!r})"))
 
 
 def check_codegen() -> None:
-    """Raise unless numba generates generic x86-64 code (it was imported before this module)."""
-    if numba.config.CPU_NAME != "generic":
+    """Raise unless numba generates code for the generic x86-64 target with one of the ``ISA``
+    feature sets (numba was imported before this package, or told otherwise)."""
+    if numba.config.CPU_NAME != "generic" or numba.config.CPU_FEATURES not in ISA.values():
         raise RuntimeError(f"numba was configured before arrepro.models.cpu_kernels was imported (CPU_NAME "
-                           f"{numba.config.CPU_NAME!r}, not 'generic'): its code would depend on this CPU")
+                           f"{numba.config.CPU_NAME!r}, features {numba.config.CPU_FEATURES!r}): its code "
+                           "would depend on this CPU")
+
 
 _LN2 = 0.6931471805599453
 _LN2_HI = 0.6931471803691238  # ln 2 to 32 bits: k * _LN2_HI is exact for |k| < 2^21
