@@ -144,7 +144,7 @@ class KernelImportError(ImportError):
 
 
 _functions: dict[str, Callable] = {}  # imported kernels
-_cpu_checked: dict[str, str | Exception] = {}  # CPU kernel -> its self-check's description, or its failure
+_cpu_checked: dict[tuple, str | Exception] = {}  # (CPU kernel, dtype) -> its self-check's description, or its failure
 _overrides: dict[str, Callable] = {}  # test stand-ins (``override``)
 _decisions: dict[tuple, tuple[Callable | None, dict]] = {}  # (name, device, dtype, call, env, overrides)
 
@@ -189,17 +189,18 @@ def function(name: str) -> Callable:
     return _functions[name]
 
 
-def _cpu_kernel(name: str) -> tuple[Callable | None, str]:
-    """A fused CPU kernel after its module's ``self_check`` (once per process), or None and why not."""
+def _cpu_kernel(name: str, dtype: torch.dtype) -> tuple[Callable | None, str]:
+    """A fused CPU kernel after its module's ``self_check`` for ``dtype`` (once per process), or
+    None and why not."""
     k = KERNELS[name]
-    if name not in _cpu_checked:
+    if (name, dtype) not in _cpu_checked:
         try:
             mod = importlib.import_module(k.module)
-            _cpu_checked[name] = mod.self_check()
+            _cpu_checked[name, dtype] = mod.self_check(dtype)
             _functions[name] = getattr(mod, k.attr)
         except Exception as err:  # noqa: BLE001 - any failure means the portable path, recorded
-            _cpu_checked[name] = err
-    done = _cpu_checked[name]
+            _cpu_checked[name, dtype] = err
+    done = _cpu_checked[name, dtype]
     if isinstance(done, Exception):
         return None, f"{type(done).__name__}: {done}: {k.fallback}"
     return _functions[name], done
@@ -232,7 +233,7 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
         dtype = compute_dtype(x)
         if dtype not in CPU_DTYPES:
             return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} computes in fp32/fp64: {k.fallback}"
-        fn, why = _cpu_kernel(name)
+        fn, why = _cpu_kernel(name, dtype)
         return fn, package, f"cpu {DTYPE_NAMES.get(dtype, dtype)}: " + (why if fn is None else f"self-checked, {why}")
     elif not x.is_cuda:
         return None, None, f"{'CPU' if x.device.type == 'cpu' else x.device.type} tensor"
