@@ -5,6 +5,7 @@ parameter count of its formula, kernel/portable agreement on CUDA, and a tiny MQ
 loss falls."""
 import contextlib
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -300,3 +301,16 @@ def test_cpu_kernel_path_is_recorded_and_a_failed_kernel_falls_back_loudly(monke
     assert rec2["path"] == "portable" and "ModuleNotFoundError" in rec2["reason"], rec2
     assert rec2["reason"].endswith("the portable chunked scan")
     assert torch.allclose(y, y2, atol=1e-5)
+
+
+def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
+    """The train rule's code digest and the checkpoint fingerprint (grid.train_sources) cover the
+    fused CPU kernel a mixer names and what that file imports, for that mixer's cells only."""
+    from arrepro.grid import train_sources
+
+    root = Path(__file__).resolve().parents[1]
+    kernel = {"src/arrepro/models/cpu_kernels/selective_scan_cpu.py", "src/arrepro/models/cpu_kernels/common.py",
+              "src/arrepro/models/cpu_kernels/__init__.py"}
+    assert kernel <= set(train_sources("mamba", root))
+    assert not kernel & set(train_sources("attention", root))
+    assert all((root / f).is_file() for f in train_sources("mamba", root))

@@ -84,6 +84,7 @@ def test_unpinned_runs_differ_and_pinned_runs_are_bit_identical(data, tmp_path, 
         assert r["numerics"]["pinned"] is True, r["numerics"]["problems"]
         assert r["numerics"]["cpu_capability"] == "AVX2" and r["numerics"]["threads"] == 1
         assert r["numerics"]["env"] == PINS and r["numerics"]["mkldnn"] is False
+        assert [(p["op"], p["path"]) for p in r["kernel_paths"]] == [("mamba.selective_scan_cpu", "kernel")]
 
 
 @needs_avx2
