@@ -3,9 +3,9 @@ every x86-64 CPU, and an exp of their own.
 
 The portable paths (pure PyTorch) of the recurrent mixers materialise (batch, length, channels,
 state) tensors and run ~3 sqrt(L) batched torch ops over them, forward and backward. The kernels
-in this package instead walk the sequence once, each step's states updated in cache in one pass
-(decay, input, output together), and recompute in the backward pass what is cheaper to recompute
-than to store (Mamba's decays; its states are stored).
+in this package instead walk the sequence one batch element at a time, each step's states updated
+in cache in one pass (decay, input, output together), and recompute in the backward pass, per
+batch element, what the forward pass did not store (cheaper here than writing and reading it).
 
 Numerics, chosen so that a kernel's result is the same bits on every x86-64 CPU:
 * code generated for the generic x86-64 target, with AVX2 where the CPU has it, never FMA (set by

@@ -15,16 +15,18 @@ _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float
 
 
 @njit(cache=True)
-def _s6_forward(dt, A_t, x, Bm, Cm, y, D, H, K):
+def _s6_forward(dt, A_t, x, Bm, Cm, y, K):
     """y[b,t,e] = sum_n C[b,t,n] h[b,t,n,e],  h_t = exp(dt_t A[e]) * h_{t-1} + dt_t x_t B_t, with
-    A_t = A transposed (N, E); the decays and states are kept for the backward pass in D (B, L, N, E)
-    and H (B, L + 1, N, E): H[:, t + 1] = h_t, H[:, 0] = h_{-1} = 0 (set by the caller). Innermost
-    loops run over channels (contiguous, independent); each y[b,t,e] sums over n in order."""
+    A_t = A transposed (N, E). One batch element at a time, its states (N x E) in cache; innermost
+    loops run over channels (contiguous, independent); each y[b,t,e] sums over n in order. Nothing
+    is stored for the backward pass."""
     nb, L, E = x.shape
     N = A_t.shape[0]
+    h = np.zeros((N, E), dtype=x.dtype)
     u = np.zeros(E, dtype=x.dtype)
     acc = np.zeros(E, dtype=x.dtype)
     for b in range(nb):
+        h[:, :] = K[5]
         for t in range(L):
             for e in range(E):
                 u[e] = dt[b, t, e] * x[b, t, e]
@@ -33,31 +35,41 @@ def _s6_forward(dt, A_t, x, Bm, Cm, y, D, H, K):
                 Bn = Bm[b, t, n]
                 Cn = Cm[b, t, n]
                 for e in range(E):
-                    a = exp(dt[b, t, e] * A_t[n, e], K)
-                    hv = a * H[b, t, n, e] + u[e] * Bn
-                    D[b, t, n, e] = a
-                    H[b, t + 1, n, e] = hv
+                    hv = exp(dt[b, t, e] * A_t[n, e], K) * h[n, e] + u[e] * Bn
+                    h[n, e] = hv
                     acc[e] += hv * Cn
             for e in range(E):
                 y[b, t, e] = acc[e]
 
-
 @njit(cache=True)
-def _s6_backward(dt, A_t, x, Bm, Cm, D, H, gy, d_dt, dA_t, dx, dB, dC, K):
-    """Gradients of ``_s6_forward`` from its decays D and states H: the adjoint
-    g_t = C_t gy_t + a_{t+1} g_{t+1}, right to left. dA_t is accumulated (zeroed by the caller) over
-    b, then t from the end; dB and dC sum over channels through ``S`` stripes (channel e into
-    partial sum e % S, the S sums added in order); dx and d_dt sum over n in order."""
+def _s6_backward(dt, A_t, x, Bm, Cm, gy, d_dt, dA_t, dx, dB, dC, K):
+    """Gradients of ``_s6_forward``. Per batch element, its decays and states are recomputed into
+    (L + 1) x N x E buffers (in cache at the demo's sizes), then the adjoint
+    g_t = C_t gy_t + a_{t+1} g_{t+1} runs right to left. dA_t is accumulated (zeroed by the caller)
+    over b, then t from the end; dB and dC sum over channels through ``S`` stripes (channel e of
+    each run of S into partial sum e % S, in order of e; the S sums then added in order); dx and
+    d_dt sum over n in order."""
     nb, L, E = x.shape
     N = A_t.shape[0]
+    H = np.zeros((L + 1, N, E), dtype=x.dtype)  # H[t + 1] = h_t; H[0] = h_{-1} = 0
+    D = np.zeros((L, N, E), dtype=x.dtype)  # the decays a_t
     g = np.zeros((N, E), dtype=x.dtype)
     u = np.zeros(E, dtype=x.dtype)
     du = np.zeros(E, dtype=x.dtype)
     dd = np.zeros(E, dtype=x.dtype)
     PB = np.zeros(S, dtype=x.dtype)
     PC = np.zeros(S, dtype=x.dtype)
-    E8 = E - E % S
+    ES = E - E % S
     for b in range(nb):
+        for t in range(L):
+            for e in range(E):
+                u[e] = dt[b, t, e] * x[b, t, e]
+            for n in range(N):
+                Bn = Bm[b, t, n]
+                for e in range(E):
+                    a = exp(dt[b, t, e] * A_t[n, e], K)
+                    D[t, n, e] = a
+                    H[t + 1, n, e] = a * H[t, n, e] + u[e] * Bn
         g[:, :] = K[5]
         for t in range(L - 1, -1, -1):
             for e in range(E):
@@ -70,49 +82,44 @@ def _s6_backward(dt, A_t, x, Bm, Cm, D, H, gy, d_dt, dA_t, dx, dB, dC, K):
                 for e in range(E):
                     gn = g[n, e] + gy[b, t, e] * Cn  # dL/dh_t
                     du[e] += gn * Bn
-                    a = D[b, t, n, e]
-                    q = gn * a * H[b, t, n, e]  # dL/d(dt_t A[e, n]); H[b, t] = h_{t-1}
+                    q = gn * D[t, n, e] * H[t, n, e]  # dL/d(dt_t A[e, n])
                     dA_t[n, e] += q * dt[b, t, e]
                     dd[e] += q * A_t[n, e]
                     g[n, e] = gn
                 for j in range(S):
                     PB[j] = K[5]
                     PC[j] = K[5]
-                for e0 in range(0, E8, S):
+                for e0 in range(0, ES, S):
                     for j in range(S):
-                        PC[j] += gy[b, t, e0 + j] * H[b, t + 1, n, e0 + j]
+                        PC[j] += gy[b, t, e0 + j] * H[t + 1, n, e0 + j]
                         PB[j] += g[n, e0 + j] * u[e0 + j]
-                for e in range(E8, E):
-                    PC[e - E8] += gy[b, t, e] * H[b, t + 1, n, e]
-                    PB[e - E8] += g[n, e] * u[e]
+                for e in range(ES, E):
+                    PC[e - ES] += gy[b, t, e] * H[t + 1, n, e]
+                    PB[e - ES] += g[n, e] * u[e]
                 dC[b, t, n] = striped_sum(PC, K)
                 dB[b, t, n] = striped_sum(PB, K)
                 for e in range(E):
-                    g[n, e] *= D[b, t, n, e]  # carried to h_{t-1}
+                    g[n, e] *= D[t, n, e]  # carried to h_{t-1}
             for e in range(E):
                 d_dt[b, t, e] = dd[e] + du[e] * x[b, t, e]
                 dx[b, t, e] = du[e] * dt[b, t, e]
-
 
 class _S6(torch.autograd.Function):
     @staticmethod
     def forward(ctx, dt, A, x, Bm, Cm):
         dt, A_t, x, Bm, Cm = (t.contiguous() for t in (dt, A.t(), x, Bm, Cm))
-        nb, L, E = x.shape
         y = torch.empty_like(x)
-        D, H = x.new_empty(nb, L, A.shape[1], E), x.new_empty(nb, L + 1, A.shape[1], E)
-        H[:, 0] = 0  # h_{-1}
-        _s6_forward(*arrays(dt, A_t, x, Bm, Cm), y.numpy(), D.numpy(), H.numpy(), _K[x.dtype])
-        ctx.save_for_backward(dt, A_t, x, Bm, Cm, D, H)
+        _s6_forward(*arrays(dt, A_t, x, Bm, Cm), y.numpy(), _K[x.dtype])
+        ctx.save_for_backward(dt, A_t, x, Bm, Cm)
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gy):
-        dt, A_t, x, Bm, Cm, D, H = ctx.saved_tensors
+        dt, A_t, x, Bm, Cm = ctx.saved_tensors
         d_dt, dx, dB, dC = torch.empty_like(dt), torch.empty_like(x), torch.empty_like(Bm), torch.empty_like(Cm)
         dA_t = torch.zeros_like(A_t)
-        _s6_backward(*arrays(dt, A_t, x, Bm, Cm, D, H, gy), d_dt.numpy(), dA_t.numpy(), dx.numpy(), dB.numpy(),
+        _s6_backward(*arrays(dt, A_t, x, Bm, Cm, gy), d_dt.numpy(), dA_t.numpy(), dx.numpy(), dB.numpy(),
                      dC.numpy(), _K[x.dtype])
         return d_dt, dA_t.t(), dx, dB, dC
 
