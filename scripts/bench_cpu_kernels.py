@@ -8,7 +8,8 @@ default), prints in one run: the mixer's forward + backward with ``forward_porta
 ``forward_cpu_kernel`` and their ratio; the scan alone (portable ``selective_scan`` against the
 kernel's); and one training step of the demo's 1-layer model (LanguageModel, AdamW) with the
 kernels on and with ARREPRO_KERNELS=0. Rounds alternate the paths and the median of each is
-reported, so that a machine shared with other work slows both alike; the load average is printed.
+reported (and the fastest round of each: the least disturbed by other work), so that a machine
+shared with other work slows both alike; the load average is printed.
 
     .venv/bin/python scripts/bench_cpu_kernels.py                 # B=32, L=32, d=32
     .venv/bin/python scripts/bench_cpu_kernels.py --batch 96      # 3 seeds' worth of batch
@@ -37,7 +38,8 @@ from arrepro.models import LanguageModel, available_mixers, get_mixer, kernels  
 
 
 def median_ms(fns: dict, rounds: int, reps: int) -> dict:
-    """Median over ``rounds`` of the mean time of ``reps`` calls, each fn timed in turn per round."""
+    """Median (and, under key "min", the minimum) over ``rounds`` of the mean time of ``reps``
+    calls, each fn timed in turn per round."""
     for fn in fns.values():
         fn()  # warm-up (compiles or loads the kernels)
     times = {k: [] for k in fns}
@@ -47,7 +49,12 @@ def median_ms(fns: dict, rounds: int, reps: int) -> dict:
             for _ in range(reps):
                 fn()
             times[k].append((time.perf_counter() - t0) / reps * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {**{k: statistics.median(v) for k, v in times.items()}, "min": {k: min(v) for k, v in times.items()}}
+
+
+def line(what: str, t: dict, a: str = "portable", b: str = "fused") -> str:
+    return (f"{what}: {a} {t[a]:.2f} ms, {b} {t[b]:.2f} ms: {t[a] / t[b]:.2f}x "
+            f"(fastest rounds {t['min'][a]:.2f} / {t['min'][b]:.2f} ms: {t['min'][a] / t['min'][b]:.2f}x)")
 
 
 def fwd_bwd(module, path, x):
@@ -84,19 +91,16 @@ def main() -> None:
             continue
         t = median_ms({"portable": fwd_bwd(m, "forward_portable", x),
                        "fused": fwd_bwd(m, "forward_cpu_kernel", x)}, a.rounds, a.reps)
-        print(f"{mixer} ({model}) mixer forward+backward: portable {t['portable']:.2f} ms, fused "
-              f"{t['fused']:.2f} ms: {t['portable'] / t['fused']:.2f}x", flush=True)
+        print(line(f"{mixer} ({model}) mixer forward+backward", t), flush=True)
         scans = scan_inputs(m, x)
         if scans:
             portable_scan, fused_scan, args = scans
             t = median_ms({"portable": lambda: portable_scan(*args).square().mean().backward(),
                            "fused": lambda: fused_scan(*args).square().mean().backward()}, a.rounds, a.reps)
-            print(f"{mixer} scan alone forward+backward: portable {t['portable']:.2f} ms, fused "
-                  f"{t['fused']:.2f} ms: {t['portable'] / t['fused']:.2f}x", flush=True)
+            print(line(f"{mixer} scan alone forward+backward", t), flush=True)
         t = median_ms({"portable": train_step(spec, B, L, d, portable=True),
                        "fused": train_step(spec, B, L, d, portable=False)}, a.rounds, a.reps)
-        print(f"{model} 1-layer training step: ARREPRO_KERNELS=0 {t['portable']:.2f} ms, kernels on "
-              f"{t['fused']:.2f} ms: {t['portable'] / t['fused']:.2f}x", flush=True)
+        print(line(f"{model} 1-layer training step (portable: ARREPRO_KERNELS=0)", t), flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
