@@ -33,7 +33,7 @@ runs at AVX2 and one thread; otherwise ``problems`` says why (a caller that impo
 a CPU without AVX2: there the cell still trains, at ATen's DEFAULT capability, and says so).
 
 What this does not pin: other architectures (ARM, POWER), GPUs (CUDA kernels and cuBLAS choose
-their algorithms per device), and the software itself (torch, MKL and oneDNN versions; the
+their algorithms per device: a CUDA cell's record describes its CPU libraries only), and the software itself (torch, MKL and oneDNN versions; the
 pinned torch is in pyproject.toml). Within one torch build on x86-64 CPUs with AVX2 the pinned
 paths are the same code.
 """
