@@ -4,7 +4,11 @@ import argparse
 import json
 import sys
 
-from arrepro.train import TrainError, train_cell
+from arrepro import numerics
+
+numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
+
+from arrepro.train import TrainError, train_cell  # noqa: E402
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

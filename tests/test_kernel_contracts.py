@@ -170,14 +170,24 @@ def test_standins_refuse_what_the_kernels_refuse():
 
 
 def test_reasons_without_override(monkeypatch):
-    """On CPU the portable path runs and says so; ARREPRO_KERNELS=0 wins over everything."""
+    """On CPU a CUDA kernel's portable path runs and says so, Mamba's fused CPU scan runs and says
+    so; ARREPRO_KERNELS=0 wins over everything."""
     monkeypatch.delenv(kernels.ENV, raising=False)
     torch.manual_seed(0)
+    lm = LanguageModel(vocab_size=16, d_model=16, n_layers=1, max_len=8, mixer="attention")
+    lm(torch.randint(0, 16, (1, 8)))
+    assert paths_used(lm) == [{"op": "attention.flash_attn_func", "path": "portable", "package": None,
+                               "reason": "CPU tensor"}]
     lm = LanguageModel(vocab_size=16, d_model=16, n_layers=1, max_len=8, mixer="mamba")
     lm(torch.randint(0, 16, (1, 8)))
-    assert paths_used(lm) == [{"op": "mamba.selective_scan_fn", "path": "portable", "package": None,
-                               "reason": "CPU tensor"}]
+    numba = kernels.installed("selective_scan_cpu")
+    assert paths_used(lm) == [{"op": "mamba.selective_scan_cpu", "path": "kernel" if numba else "portable",
+                               "package": numba, "reason": paths_used(lm)[0]["reason"]}]
+    assert paths_used(lm)[0]["reason"].startswith("cpu fp32: self-checked" if numba else "numba not installed")
     monkeypatch.setenv(kernels.ENV, "0")
+    lm(torch.randint(0, 16, (1, 8)))
+    assert {"op": "mamba.selective_scan_cpu", "path": "portable", "package": None,
+            "reason": "ARREPRO_KERNELS=0"} in paths_used(lm)
     with kernels.override(si.STANDINS):
         m = build("attention", 64, 9)
         m(torch.randn(1, 9, 64))

@@ -5,6 +5,7 @@ parameter count of its formula, kernel/portable agreement on CUDA, and a tiny MQ
 loss falls."""
 import contextlib
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -219,3 +220,97 @@ def test_positions_start_at_the_token_embeddings_scale(position):
     table = m.pos_table if position == "sinusoidal" else m.pos_embed.weight.detach()
     rms = lambda t: t.pow(2).mean().sqrt().item()  # noqa: E731
     assert rms(table) == pytest.approx(rms(m.embed.weight.detach()), rel=0.15)
+
+
+# ---------------------------------------------------------------- fused CPU kernels (numba)
+# mixers with a fused CPU path (``cpu_kernel_name``): the path ``forward`` takes on the CPU
+CPU_FUSED = [n for n in MIXER_CASES if getattr(get_mixer(MODELS[n]["mixer"]), "cpu_kernel_name", None)]
+
+
+def _cpu_kernel_or_skip(m):
+    """Skip where numba is not installed; where it is, the kernel must pass its self-check."""
+    if kernels.installed(m.cpu_kernel_name) is None:
+        pytest.skip(f"{kernels.KERNELS[m.cpu_kernel_name].dists[0]} not installed")
+    fn, record = kernels.choose(m.cpu_kernel_name, torch.zeros(1), **m.kernel_call())
+    assert fn is not None, record["reason"]
+
+
+@pytest.mark.parametrize("name", CPU_FUSED)
+@pytest.mark.parametrize("ref_path", ["forward_portable", "forward_reference"])
+def test_cpu_kernel_matches_portable_and_reference_fp64(name, ref_path):
+    """Outputs and every gradient of the fused CPU path against the chunked portable path (a chunk
+    of 5, so states cross its boundaries and end ragged) and the per-timestep reference, fp64, at
+    awkward lengths; channel counts that are no multiple of the kernel's 8 stripes included."""
+    for d, length in ((D, L_RAGGED), (13, 1), (13, 37)):
+        m = build_mixer(name, d=d, max_len=length).double()
+        _cpu_kernel_or_skip(m)
+        m.chunk_size = CHUNK
+        x = torch.randn(B, length, d, dtype=torch.float64, requires_grad=True)
+        assert_paths_agree(name, m, x, "forward_cpu_kernel", ref_path, 1e-10)
+
+
+@pytest.mark.parametrize("name", CPU_FUSED)
+def test_cpu_kernel_matches_portable_fp32_demo_shape(name):
+    """fp32 at the demo's shape (batch 32, length 32, width 32): within fp32 rounding of the portable path."""
+    m = build_mixer(name, d=32, max_len=32)
+    _cpu_kernel_or_skip(m)
+    x = torch.randn(32, 32, 32, requires_grad=True)
+    assert_paths_agree(name, m, x, "forward_cpu_kernel", "forward_portable", 1e-5, 1e-4)
+
+
+def test_cpu_selective_scan_gradcheck_and_determinism():
+    """The fused scan's backward against finite differences (fp64, 19 channels: two stripes of 8
+    and a remainder), and the same bits on a second call."""
+    from arrepro.models.cpu_kernels.selective_scan_cpu import selective_scan as fused
+
+    _cpu_kernel_or_skip(build_mixer("mamba"))
+    torch.manual_seed(0)
+    L, E, N = 6, 19, 3
+    x, Bm, Cm = (torch.randn(2, L, k, dtype=torch.float64, requires_grad=True) for k in (E, N, N))
+    dt = torch.rand(2, L, E, dtype=torch.float64).add(0.1).requires_grad_()
+    A = (-torch.rand(E, N, dtype=torch.float64) - 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(fused, (x, dt, A, Bm, Cm))
+    args = [t.float().detach().requires_grad_() for t in (x, dt, A, Bm, Cm)]
+    runs = []
+    for _ in range(2):
+        y = fused(*args)
+        runs.append([y, *torch.autograd.grad(y.square().sum(), args)])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_cpu_kernel_path_is_recorded_and_a_failed_kernel_falls_back_loudly(monkeypatch):
+    """On the CPU, Mamba runs the fused scan and records it; where the kernel cannot be had (here a
+    module that does not exist), the portable path runs, with the same outputs, and the record
+    quotes the reason: never a silent fallback."""
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    lm = build_lm("mamba", layers=1)
+    _cpu_kernel_or_skip(lm.layers[0].mixer)
+    x = torch.randint(0, 64, (B, L))
+    y = lm(x)
+    (rec,) = kernels.paths_used(lm)
+    assert rec["op"] == "mamba.selective_scan_cpu" and rec["path"] == "kernel"
+    assert rec["package"].startswith("numba ") and "self-checked" in rec["reason"], rec
+    broken = kernels.Kernel(("numba",), "arrepro.models.cpu_kernels.no_such_kernel", "scan", "the portable chunked scan",
+                            device="cpu")
+    monkeypatch.setitem(kernels.KERNELS, "selective_scan_cpu", broken)
+    monkeypatch.setattr(kernels, "_cpu_checked", {})
+    monkeypatch.setattr(kernels, "_decisions", {})
+    lm2 = build_lm("mamba", layers=1)
+    y2 = lm2(x)
+    (rec2,) = kernels.paths_used(lm2)
+    assert rec2["path"] == "portable" and "ModuleNotFoundError" in rec2["reason"], rec2
+    assert rec2["reason"].endswith("the portable chunked scan")
+    assert torch.allclose(y, y2, atol=1e-5)
+
+
+def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
+    """The train rule's code digest and the checkpoint fingerprint (grid.train_sources) cover the
+    fused CPU kernel a mixer names and what that file imports, for that mixer's cells only."""
+    from arrepro.grid import train_sources
+
+    root = Path(__file__).resolve().parents[1]
+    kernel = {"src/arrepro/models/cpu_kernels/selective_scan_cpu.py", "src/arrepro/models/cpu_kernels/common.py",
+              "src/arrepro/models/cpu_kernels/__init__.py"}
+    assert kernel <= set(train_sources("mamba", root))
+    assert not kernel & set(train_sources("attention", root))
+    assert all((root / f).is_file() for f in train_sources("mamba", root))

@@ -111,7 +111,7 @@ def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
 @functools.lru_cache(maxsize=None)
 def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     pkg = "src/arrepro"
-    files = [f"{pkg}/train.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
+    files = [f"{pkg}/train.py", f"{pkg}/numerics.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
              f"{pkg}/models/registry.py", f"{pkg}/models/kernels.py"]
     todo, seen = [mixer], []
     while todo:
@@ -121,8 +121,21 @@ def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
         seen.append(name)
         path = Path(root) / pkg / "models" / "mixers" / f"{name}.py"
         if path.exists():
-            todo += re.findall(r"^from \.(\w+) import", path.read_text(), re.M)
-    return tuple(files + [f"{pkg}/models/mixers/{m}.py" for m in seen])
+            text = path.read_text()
+            todo += re.findall(r"^from \.(\w+) import", text, re.M)
+            files += _cpu_kernel_sources(text, Path(root), pkg)
+    return tuple(dict.fromkeys(files + [f"{pkg}/models/mixers/{m}.py" for m in seen]))
+
+
+def _cpu_kernel_sources(mixer_text: str, root: Path, pkg: str) -> list[str]:
+    """The fused CPU kernel a mixer names (``cpu_kernel_name = "k"``: models/cpu_kernels/k.py) and
+    the sibling modules that file imports (``from .common import``)."""
+    out = []
+    for name in re.findall(r'^\s*cpu_kernel_name = "(\w+)"', mixer_text, re.M):
+        path = root / pkg / "models" / "cpu_kernels" / f"{name}.py"
+        deps = re.findall(r"^from \.(\w+) import", path.read_text(), re.M) if path.exists() else []
+        out += [f"{pkg}/models/cpu_kernels/{m}.py" for m in [name, *deps, "__init__"]]
+    return out
 
 
 def one_of(names) -> str:

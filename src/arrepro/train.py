@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import numerics
 from .digest import file_digest, source_digest
 from .grid import DATA_SOURCES, train_sources
 from .models import LanguageModel
@@ -277,8 +278,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     ``stop_after_steps`` simulates a preemption after that many optimiser steps (tests)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if threads:
-        torch.set_num_threads(threads)
+    numbers = numerics.settle(threads)  # one thread, oneDNN off; what ATen really runs at
     device = pick_device(spec.get("device", "auto"), f"scales.{spec.get('scale')}.device")
     precision = spec.get("precision", "fp32")
     autocast = autocast_for(precision, device, f"scales.{spec.get('scale')}.precision")
@@ -348,6 +348,8 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     L = xtr.shape[1]
     tag = f"{spec['model']} w{spec['width']} l{spec['layers']} lr{spec['lr']:.3g} s{spec['seed']}"
     log(f"[{tag}] {n_params:,} parameters, {epochs} epochs x {steps_per_epoch} steps, device {device}")
+    state["numerics"] = numerics.merge(state.get("numerics"), numbers)
+    log(f"[{tag}] {numerics.describe(state['numerics'])}")
     steps_run = 0
     try:
         while state["epoch"] < epochs and not state["done"]:
@@ -421,7 +423,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         "diverged": state["diverged"], "parameters": n_params, "epochs_run": len(state["metrics"]),
         "steps": state["step"], "train_seconds": state["train_seconds"],
         "tokens_per_second": state["examples"] * L / max(state["train_seconds"], 1e-9),
-        "device": device.type, "precision": precision,
+        "device": device.type, "precision": precision, "numerics": state["numerics"],
         "kernel_paths": paths_used(model, state.get("kernel_paths", [])), "cell": spec,
     }
     write_json(out / "result.json", result)

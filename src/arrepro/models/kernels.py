@@ -82,6 +82,7 @@ class Kernel:
     min_capability: tuple[int, int] | None = None  # CUDA compute capability it needs
     bare_package: str | None = None  # import ``module`` without running this package's __init__
     call_keys: tuple[str, ...] = ()  # the facts ``limits`` read from the call
+    device: str = "cuda"  # "cpu": a fused CPU kernel (arrepro.models.cpu_kernels), for CPU tensors, fp32/fp64
 
 
 KERNELS: dict[str, Kernel] = {
@@ -129,7 +130,13 @@ KERNELS: dict[str, Kernel] = {
                                      "chunk_gated_delta_rule", "the portable chunked gated delta rule",
                                      limits=(_at_most("head_dim", 256, "head dim", "fla's chunk_gated_delta_rule"),),
                                      call_keys=("head_dim",)),
+    # Fused CPU kernels (numba; arrepro/models/cpu_kernels/<name>.py): every one compiles and checks
+    # itself against a step-by-step recurrence on first use (its module's ``self_check``); where that
+    # fails (numba missing or broken, a wrong result) the portable path runs and the record says why
+    "selective_scan_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.selective_scan_cpu", "selective_scan",
+                                 "the portable chunked scan", device="cpu"),
 }
+CPU_DTYPES = (torch.float32, torch.float64)
 
 
 class KernelImportError(ImportError):
@@ -137,6 +144,7 @@ class KernelImportError(ImportError):
 
 
 _functions: dict[str, Callable] = {}  # imported kernels
+_cpu_checked: dict[tuple, str | Exception] = {}  # (CPU kernel, dtype) -> its self-check's description, or its failure
 _overrides: dict[str, Callable] = {}  # test stand-ins (``override``)
 _decisions: dict[tuple, tuple[Callable | None, dict]] = {}  # (name, device, dtype, call, env, overrides)
 
@@ -181,6 +189,23 @@ def function(name: str) -> Callable:
     return _functions[name]
 
 
+def _cpu_kernel(name: str, dtype: torch.dtype) -> tuple[Callable | None, str]:
+    """A fused CPU kernel after its module's ``self_check`` for ``dtype`` (once per process), or
+    None and why not."""
+    k = KERNELS[name]
+    if (name, dtype) not in _cpu_checked:
+        try:
+            mod = importlib.import_module(k.module)
+            _cpu_checked[name, dtype] = mod.self_check(dtype)
+            _functions[name] = getattr(mod, k.attr)
+        except Exception as err:  # noqa: BLE001 - any failure means the portable path, recorded
+            _cpu_checked[name, dtype] = err
+    done = _cpu_checked[name, dtype]
+    if isinstance(done, Exception):
+        return None, f"{type(done).__name__}: {done}: {k.fallback}"
+    return _functions[name], done
+
+
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype a kernel call computes in: x's if half, else autocast's half dtype where autocast is
     active on x's device, else x's (an fp32 run stays fp32)."""
@@ -200,6 +225,16 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
     if name in _overrides:
         fn = _overrides[name]
         package = f"{package or k.dists[0]} (override: {fn.__module__}.{fn.__qualname__})"
+    elif k.device == "cpu":
+        if x.device.type != "cpu":
+            return None, None, f"{x.device.type} tensor: {name} is a CPU kernel"
+        if package is None:
+            return None, None, f"{k.dists[0]} not installed: {k.fallback}"
+        dtype = compute_dtype(x)
+        if dtype not in CPU_DTYPES:
+            return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} computes in fp32/fp64: {k.fallback}"
+        fn, why = _cpu_kernel(name, dtype)
+        return fn, package, f"cpu {DTYPE_NAMES.get(dtype, dtype)}: " + (why if fn is None else f"self-checked, {why}")
     elif not x.is_cuda:
         return None, None, f"{'CPU' if x.device.type == 'cpu' else x.device.type} tensor"
     elif package is None:
@@ -265,8 +300,11 @@ class KernelMixer(nn.Module):
     **self.kernel_call())``, records the answer, and runs ``forward_kernel`` or
     ``forward_portable``. A subclass sets ``kernel_name`` and, where the kernel has limits, returns
     the facts they read from ``kernel_call``; ``forward_kernel`` gets the function from
-    ``self.kernel_function()``."""
+    ``self.kernel_function()``. A subclass with a fused CPU kernel also sets ``cpu_kernel_name``:
+    on CPU tensors that one is asked instead (unless a test overrides ``kernel_name``), and
+    ``forward_cpu_kernel`` runs it (``self.kernel_function(self.cpu_kernel_name)``)."""
     kernel_name: str
+    cpu_kernel_name: str | None = None
 
     @property
     def op_name(self) -> str:
@@ -275,14 +313,19 @@ class KernelMixer(nn.Module):
     def kernel_call(self) -> dict:
         return {}
 
-    def kernel_function(self) -> Callable:
-        return function(self.kernel_name)
+    def kernel_function(self, name: str | None = None) -> Callable:
+        return function(name or self.kernel_name)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fn, record = choose(self.kernel_name, x, **self.kernel_call())
-        op = f"{self.op_name}.{self.kernel_name}"
+        name = self.kernel_name
+        if self.cpu_kernel_name and x.device.type == "cpu" and name not in _overrides:
+            name = self.cpu_kernel_name
+        fn, record = choose(name, x, **self.kernel_call())
+        op = f"{self.op_name}.{name}"
         self.__dict__.setdefault("_kernel_paths", {})[op, record["path"]] = record
-        return self.forward_portable(x) if fn is None else self.forward_kernel(x)
+        if fn is None:
+            return self.forward_portable(x)
+        return self.forward_cpu_kernel(x) if name == self.cpu_kernel_name else self.forward_kernel(x)
 
 
 def paths_used(model: nn.Module, earlier: list[dict] = ()) -> list[dict]:

@@ -25,7 +25,17 @@ class ShortConv(KernelMixer):
         return {"width": self.kernel_size}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.conv(x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
+        # k shifted multiply-adds on (B, L, D) in tap order, not nn.Conv1d: with oneDNN off (pinned
+        # CPU numerics, arrepro.numerics) ATen's native depthwise conv and its weight gradient took
+        # ~4x the time of the rest of a demo-sized Mamba block; this is elementwise ATen code only
+        L, k = x.shape[1], self.kernel_size
+        w = self.conv.weight[:, 0].to(x.dtype)  # (D, k); tap k-1 multiplies the current step
+        xp = F.pad(x, (0, 0, k - 1, 0))
+        y = xp[:, :L] * w[:, 0]
+        for j in range(1, k):
+            y = y + xp[:, j : j + L] * w[:, j]
+        if self.conv.bias is not None:
+            y = y + self.conv.bias.to(x.dtype)
         return F.silu(y) if self.activation == "silu" else y
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:

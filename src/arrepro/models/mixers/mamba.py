@@ -30,6 +30,9 @@ Three paths over the same parameters:
 * ``forward_kernel``: mamba-ssm's ``selective_scan_fn`` (CUDA) and causal-conv1d, used by
   ``forward`` on CUDA when installed (``arrepro.models.kernels`` decides and records why); the
   block is ours, so the ablations work there too.
+* ``forward_cpu_kernel``: the portable block around a fused CPU scan (numba,
+  ``arrepro.models.cpu_kernels.selective_scan_cpu``: one pass over the sequence with the states in
+  cache), used by ``forward`` on the CPU where it compiles and passes its self-check.
 """
 from __future__ import annotations
 
@@ -148,6 +151,7 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch
 @register("mamba")
 class Mamba(KernelMixer):
     kernel_name = "selective_scan_fn"
+    cpu_kernel_name = "selective_scan_cpu"
     chunk_size: int | None = None  # portable scan: steps per chunk; None: about sqrt(L)
 
     def __init__(self, d_model: int, *, max_len: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
@@ -205,12 +209,16 @@ class Mamba(KernelMixer):
     def kernel_call(self) -> dict:
         return {"d_state": self.d_state}
 
-    def forward_portable(self, u: torch.Tensor) -> torch.Tensor:
+    def forward_portable(self, u: torch.Tensor, scan=selective_scan) -> torch.Tensor:
         x, z, r, Bm, Cm = self._ssm_inputs(u, "forward_portable")
         dt = F.softplus(self.dt_proj(r))
         A = -torch.exp(self.A_log)
-        y = selective_scan(x, dt, A, Bm, Cm, self.chunk_size) + x * self.D
+        y = scan(x, dt, A, Bm, Cm, self.chunk_size) + x * self.D
         return self._output(y, z)
+
+    def forward_cpu_kernel(self, u: torch.Tensor) -> torch.Tensor:
+        # the portable block around the fused CPU scan (arrepro/models/cpu_kernels/selective_scan_cpu.py)
+        return self.forward_portable(u, scan=self.kernel_function(self.cpu_kernel_name))
 
     def forward_kernel(self, u: torch.Tensor) -> torch.Tensor:
         # conv path "forward": ShortConv runs causal-conv1d on CUDA when that is installed

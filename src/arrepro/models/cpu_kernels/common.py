@@ -1,0 +1,128 @@
+"""What the fused CPU kernels (numba) share: the numba set-up that makes their code the same on
+every x86-64 CPU, and an exp of their own.
+
+The portable paths (pure PyTorch) of the recurrent mixers materialise (batch, length, channels,
+state) tensors and run ~3 sqrt(L) batched torch ops over them, forward and backward. The kernels
+in this package instead walk the sequence one batch element at a time, each step's states updated
+in cache in one pass (decay, input, output together), and recompute in the backward pass, per
+batch element, what the forward pass did not store (cheaper here than writing and reading it).
+
+Numerics, chosen so that a kernel's result is the same bits on every x86-64 CPU:
+* code generated for the generic x86-64 target, with AVX2 where the CPU has it, never FMA (set by
+  the package's ``__init__`` before numba is imported), numba's default IEEE semantics (no
+  fastmath: no reassociation, no contraction), and a fixed order for every sum (each kernel's
+  docstring says which): the same bits from the SSE2 and the AVX2 build;
+* an exp of our own (``exp``: Cody-Waite reduction by ln 2, a Taylor polynomial of degree 13 in
+  fp64 and 7 in fp32, exact scaling by 2^k; ~1 ulp), not libm's, whose variant depends on the CPU
+  and the C library; branch-free so that the loops around it vectorise. Its argument is clamped to
+  [-87, 88] (fp32) or [-708, 709] (fp64): a decay exp(-87) ~ 2e-38 is zero for every purpose;
+* arithmetic in the input dtype (fp32 or fp64), constants passed in that dtype (``constants``),
+  since numba promotes float32 with a Python float to float64.
+One thread (no ``parallel``): a cell runs on one core.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic, overload
+
+from . import ISA
+
+_NAMES = {"": "x86-64 (SSE2)", ISA["avx2"]: "x86-64 + AVX2, no FMA"}
+CODEGEN = (f"numba {numba.__version__}, {numba.config.CPU_NAME or 'host'} "
+           + _NAMES.get(numba.config.CPU_FEATURES, f"(features {numba.config.CPU_FEATURES!r})"))
+
+
+def check_codegen() -> None:
+    """Raise unless numba generates code for the generic x86-64 target with one of the ``ISA``
+    feature sets (numba was imported before this package, or told otherwise)."""
+    if numba.config.CPU_NAME != "generic" or numba.config.CPU_FEATURES not in ISA.values():
+        raise RuntimeError(f"numba was configured before arrepro.models.cpu_kernels was imported (CPU_NAME "
+                           f"{numba.config.CPU_NAME!r}, features {numba.config.CPU_FEATURES!r}): its code "
+                           "would depend on this CPU")
+
+
+_LN2 = 0.6931471805599453
+_LN2_HI = 0.6931471803691238  # ln 2 to 32 bits: k * _LN2_HI is exact for |k| < 2^21
+_LOG2E = 1.4426950408889634
+_DEGREE = 13  # Taylor degree of exp on |r| <= ln(2)/2: error 4e-18 (fp64); fp32 uses degree 7 (5e-9)
+
+
+def constants(dtype) -> np.ndarray:
+    """The kernels' constants in the input dtype (so that fp32 arithmetic stays fp32): log2 e,
+    ln 2 split in two, the clamp of exp's argument, zero, the rounding constant, one, and the
+    Taylor coefficients 1/13! ... 1/0! (fp32 uses those from 1/7! on)."""
+    fp32 = np.dtype(dtype) == np.float32
+    coef = [1.0 / float(np.prod(np.arange(1, i + 1, dtype=np.float64))) for i in range(_DEGREE, -1, -1)]
+    hi = 0.693359375 if fp32 else _LN2_HI  # fp32: ln 2 to 9 bits, k * hi exact for |k| < 2^15
+    lo_clamp, hi_clamp = (-87.0, 88.0) if fp32 else (-708.0, 709.0)
+    magic = 1.5 * 2.0 ** (23 if fp32 else 52)  # x + magic - magic: x rounded to an integer
+    return np.array([_LOG2E, hi, _LN2 - hi, lo_clamp, hi_clamp, 0.0, magic, 1.0] + coef, dtype=dtype)
+
+
+@intrinsic
+def _pow2(typingctx, k, like):
+    """2.0 ** k (an int32 within the normal range) in the float type of ``like``: the exponent
+    bits, bit-cast (an LLVM bitcast: no memory, no call)."""
+    if like == types.float32:
+        ity, bias, shift = types.int32, 127, 23
+    elif like == types.float64:
+        ity, bias, shift = types.int64, 1023, 52
+    else:
+        return None
+
+    def codegen(context, builder, sig, args):
+        lty = context.get_value_type(ity)
+        e = builder.add(builder.sext(args[0], lty) if ity == types.int64 else args[0], lty(bias))
+        return builder.bitcast(builder.shl(e, lty(shift)), context.get_value_type(like))
+
+    return like(types.int32, like), codegen
+
+
+def _poly(r, K):
+    """Horner's sum of the Taylor coefficients K[8:] in r: degree 13 in fp64, the last 8 (degree 7) in fp32."""
+
+
+@overload(_poly, jit_options={"cache": True}, inline="always")
+def _poly_impl(r, K):
+    first = 8 + _DEGREE - 7 if r == types.float32 else 8
+
+    def horner(r, K):
+        p = K[first]
+        for i in range(first + 1, 8 + _DEGREE + 1):
+            p = p * r + K[i]
+        return p
+    return horner
+
+
+@njit(cache=True, inline="always")
+def exp(z, K):
+    """exp(z) to ~1 ulp in z's dtype, the same bits on every IEEE machine; z clamped to K[3:5].
+    Branch-free, so that the loop around it vectorises."""
+    z = K[3] if z < K[3] else z
+    z = K[4] if z > K[4] else z
+    kr = (z * K[0] + K[6]) - K[6]  # round to nearest (even) by adding and removing 1.5 * 2^(mantissa bits)
+    k = np.int32(kr)
+    r = (z - kr * K[1]) - kr * K[2]  # |r| <= ln(2) / 2
+    p = _poly(r, K)
+    return p * _pow2(k, z)
+
+
+
+
+K = {np.dtype(np.float32): constants(np.float32), np.dtype(np.float64): constants(np.float64)}
+S = 8  # stripes of a sum over channels: channel e adds into partial sum e % S; the S sums are added in order
+
+
+@njit(cache=True, inline="always")
+def striped_sum(P, K):
+    s = K[5]
+    for j in range(S):
+        s += P[j]
+    return s
+
+
+def arrays(*ts):
+    """numpy views of contiguous CPU tensors (no copy when already contiguous)."""
+    return [t.detach().contiguous().numpy() for t in ts]
