@@ -108,6 +108,13 @@ class Judgement:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
 
 
+def combine(verdicts: list[str]) -> str:
+    """A claim made of several parts: contradicted if one is, consistent if all are."""
+    if CONTRADICTED in verdicts:
+        return CONTRADICTED
+    return CONSISTENT if all(v == CONSISTENT for v in verdicts) else INCONCLUSIVE
+
+
 def tally(ups: int, downs: int) -> str:
     return CONSISTENT if ups > downs else CONTRADICTED if downs > ups else INCONCLUSIVE
 
@@ -161,18 +168,14 @@ def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
             verdicts.append(INCONCLUSIVE)
     if not found:
         return None
-    v = CONTRADICTED if CONTRADICTED in verdicts else CONSISTENT if all(x == CONSISTENT for x in verdicts) \
-        else INCONCLUSIVE
-    return Judgement(v, "; ".join(parts))
+    return Judgement(combine(verdicts), "; ".join(parts))
 
 
 def all_of(parts: list[Judgement | None]) -> Judgement | None:
     """A claim made of several: contradicted if one is, consistent if all are."""
     if any(p is None for p in parts):
         return None
-    vs = [p.verdict for p in parts]
-    v = CONTRADICTED if CONTRADICTED in vs else CONSISTENT if all(x == CONSISTENT for x in vs) else INCONCLUSIVE
-    return Judgement(v, "; ".join(p.compared for p in parts))
+    return Judgement(combine([p.verdict for p in parts]), "; ".join(p.compared for p in parts))
 
 
 def window_of(row) -> Window:
@@ -208,8 +211,7 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
                      f"undecided in {len(m) - ups - downs} ({'; '.join(shown[:3])}{'; ...' if len(shown) > 3 else ''})")
     if not vs:
         return None
-    v = CONTRADICTED if CONTRADICTED in vs else CONSISTENT if all(x == CONSISTENT for x in vs) else INCONCLUSIVE
-    return Judgement(v, "; ".join(parts))
+    return Judgement(combine(vs), "; ".join(parts))
 
 
 def wide_beats_deep(e, model: str) -> Judgement | None:
