@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from .files import read_csv, read_json
+from .files import read_json, read_table, write_table
 from .grid import task_seq_len
 
 TIE_TOL = 1e-9  # means closer than this are tied (ties at accuracy 1.0 are common on MQAR)
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
+# the columns every reader of the tables relies on, each with a value on every row (read_*_table)
+CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters"]
+BEST_NOT_NULL = GROUP + ["metric", "best_lr", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters"]
 
 
 def load_results(paths: list[str | Path]) -> pd.DataFrame:
@@ -71,17 +74,27 @@ def write_tables(result_paths, cells_csv, best_csv=None, series=None, metric="fi
     df = load_results(result_paths)
     if series is not None:
         df = assign_series(df, series)
-    Path(cells_csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(cells_csv, index=False)
+    write_table(df, cells_csv)
     if best_csv is not None:
-        best_over_lr(df, metric).to_csv(best_csv, index=False)
+        write_table(best_over_lr(df, metric), best_csv)
 
 
 def merge_cell_tables(cell_csvs, out_csv) -> None:
     """One row per cell, from the experiments' cell tables (a cell shared by experiments or
     series appears once): the same rows as ``write_tables`` over every cell's result, read from a
     handful of tables instead of thousands of result files."""
-    df = pd.concat([read_csv(p) for p in cell_csvs], ignore_index=True).drop(columns="series")
+    df = pd.concat([read_cells_table(p) for p in cell_csvs], ignore_index=True).drop(columns="series")
     df = df.drop_duplicates("cell_dir").sort_values(CONFIG_KEYS)
-    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_csv, index=False)
+    write_table(df, out_csv)
+
+
+def read_cells_table(path, series: bool = True) -> pd.DataFrame:
+    """A cells table (an experiment's, with its ``series`` column; ``series=False``: the
+    scale's cells.csv), checked (arrepro.files.read_table): an error names the file."""
+    cols = CELLS_NOT_NULL + (["series"] if series else [])
+    return read_table(path, cols, cols)
+
+
+def read_best_table(path) -> pd.DataFrame:
+    """A best-over-LR table, checked (arrepro.files.read_table): an error names the file."""
+    return read_table(path, BEST_NOT_NULL, BEST_NOT_NULL)
