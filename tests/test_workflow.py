@@ -16,7 +16,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 def copy_workflow(dst: Path) -> Path:
     for name in ("Snakefile", "config.yaml"):
         shutil.copy2(ROOT / name, dst / name)
-    for name in ("workflow", "src", "scripts", "paper", "envs"):
+    for name in ("workflow", "src", "scripts", "paper", "envs", "profiles"):
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     return dst

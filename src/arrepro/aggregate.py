@@ -98,3 +98,16 @@ def read_cells_table(path, series: bool = True) -> pd.DataFrame:
 def read_best_table(path) -> pd.DataFrame:
     """A best-over-LR table, checked (arrepro.files.read_table): an error names the file."""
     return read_table(path, BEST_NOT_NULL, BEST_NOT_NULL)
+
+
+def table_content_problem(path) -> str | None:
+    """Why a table of the workflow's (``{exp}_best.csv``, ``{exp}_cells.csv``, ``cells.csv``)
+    cannot be read as one, or None: what its readers check (checksum, columns, values)."""
+    name = Path(path).name
+    read = (read_best_table if name.endswith("_best.csv") else
+            read_cells_table if name.endswith("_cells.csv") else lambda p: read_cells_table(p, series=False))
+    try:
+        read(path)
+    except ValueError as err:  # UnreadableFile: its message starts with the path
+        return str(err).removeprefix(f"{path}: ")
+    return None

@@ -12,9 +12,9 @@ one or a few lines, and a damaged derived file is rebuilt instead of being used.
   recorded beside them (``manifest.json``); a damaged one is regenerated in place (the
   generator is deterministic) and, when it matches the recorded checksum again, gets its
   recorded modification time back, so that no cell trained on it is planned again;
-* ``check_tables``: the derived tables against the checksum their writer stored beside them
-  (``arrepro.files.write_table``); one that does not match (truncated, edited) or has none is
-  moved aside so that Snakemake rebuilds it.
+* ``damaged_tables``: the derived tables against the checksum their writer stored beside them
+  (``arrepro.files.write_table``), or, without one, against what their readers need; one that
+  fails (truncated, edited) is rebuilt (``force_rebuild``), with what the targets need of it.
 
 Which Snakemake command runs (a dry run, a real run, or no run at all: --lint, --unlock, ...)
 is not part of Snakemake's API when the Snakefile is read: ``invocation`` reads it from the
@@ -32,7 +32,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from .files import table_problem
+from .files import checksum_path, table_problem
 
 SPLITS = ("train", "test")
 MANIFEST = "manifest.json"  # beside a task's train.npz and test.npz: {file: {sha256, size, mtime_ns}}
@@ -168,7 +168,7 @@ def holder_message(rec: dict, workdir: str | Path = ".") -> str:
     return (f"another Snakemake run holds this folder ({Path(workdir).resolve()}): pid {rec['pid']}, started "
             f"{rec.get('started', '?')} (`{rec.get('command', 'snakemake')}`). Its jobs in progress look "
             f"incomplete to a second run: do not follow a --rerun-incomplete or --unlock advice while it runs. Wait "
-            f"for it, or stop it first (`kill {rec['pid']}`: training jobs checkpoint and resume)")
+            f"for it, or stop it first (`kill {rec['pid']}`; an interrupted training cell resumes from its checkpoint)")
 
 
 # --------------------------------------------------------------------------- datasets
@@ -264,7 +264,9 @@ def check_data(tasks: dict[str, dict], dryrun: bool, root: str = "results/data")
             record_data([folder])
             continue
         if dryrun:
-            notes += [f"{f}: damaged ({why}); a run without -n regenerates it before any job" for f, why in bad.items()]
+            notes += [f"{f}: damaged ({why}); a run without -n regenerates it before any job (and, if it comes out "
+                      "identical to the recorded checksum, trains none of the cells this plan lists because of it)"
+                      for f, why in bad.items()]
             continue
         tmp = folder / f".regenerate-{os.getpid()}"
         try:
@@ -279,9 +281,9 @@ def check_data(tasks: dict[str, dict], dryrun: bool, root: str = "results/data")
                                  "it was written: no cell is retrained")
                 else:
                     manifest[f.name] = _entry(f)
-                    notes.append(f"{f}: damaged ({why}); regenerated it ("
+                    notes.append(f"{f}: damaged ({why}); regenerated it, but "
                                  + ("no checksum was recorded" if entry is None else "it differs from the recorded checksum")
-                                 + "): the cells trained on it are planned again")
+                                 + ": Snakemake may plan the cells trained on it again (the file is newer than them)")
             _write_manifest(folder, manifest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -289,27 +291,41 @@ def check_data(tasks: dict[str, dict], dryrun: bool, root: str = "results/data")
 
 
 # --------------------------------------------------------------------------- derived tables
-REJECTED = ".rejected"  # a table that failed its check is kept under this suffix, for inspection
-
-
-def check_tables(paths, dryrun: bool) -> list[str]:
-    """Each existing table in ``paths`` against the checksum its writer stored beside it. One
-    that does not match, or has none, is moved aside (``<name>.rejected``; not in a dry run) so
-    that Snakemake rebuilds it. Returns one line per such table."""
-    notes = []
+def damaged_tables(paths) -> dict[Path, str]:
+    """The existing tables in ``paths`` that fail their check, each with why: the checksum their
+    writer stored beside them or, without one (made by hand, or before tables had one), what
+    their readers need (arrepro.aggregate.table_content_problem)."""
+    bad = {}
     for path in map(Path, paths):
         if not path.exists():
             continue
-        why = table_problem(path)
-        if why is None:
-            continue
-        if dryrun:
-            notes.append(f"{path}: {why}; a run without -n rebuilds it")
-            continue
-        path.replace(path.with_name(path.name + REJECTED))
-        Path(f"{path}.sha256").unlink(missing_ok=True)
-        notes.append(f"{path}: {why}; moved it to {path.name}{REJECTED}, it is rebuilt")
-    return notes
+        if checksum_path(path).exists():
+            why = table_problem(path)
+        else:
+            from .aggregate import table_content_problem
+
+            why = table_content_problem(path)
+        if why:
+            bad[path] = why
+    return bad
+
+
+def force_rebuild(paths) -> bool:
+    """Add ``paths`` to the ``--forcerun`` files of the Snakemake command reading the Snakefile
+    (its DAGSettings, in the frame of Snakemake's ``WorkflowApi.dag``): Snakemake then rebuilds
+    them, and whatever the targets need downstream of them, in a dry run too. (Moving a damaged
+    table away is not enough: Snakemake rebuilds a missing file only for a job that must run
+    anyway.) False where there is no such frame."""
+    from snakemake.settings.types import DAGSettings
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        settings = frame.f_locals.get("dag_settings")
+        if isinstance(settings, DAGSettings):
+            settings.forcerun = frozenset(settings.forcerun or ()) | {str(p) for p in paths}
+            return True
+        frame = frame.f_back
+    return False
 
 
 # --------------------------------------------------------------------------- the workflow's hook
@@ -333,5 +349,11 @@ def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = "
         return  # a dry run beside a running one: its files are in flux, leave them alone
     if not run["dryrun"]:
         record_run(workdir)
-    for note in check_data(tasks, run["dryrun"]) + check_tables(tables, run["dryrun"]):
+    for note in check_data(tasks, run["dryrun"]):
         say(note)
+    bad = damaged_tables(tables)
+    if bad and not force_rebuild(bad):
+        raise WorkflowError("stopping before any job: " + "; ".join(f"{p}: {why}" for p, why in bad.items())
+                            + ". Delete the file(s) and rerun")
+    for path, why in bad.items():
+        say(f"{path}: {why}; it is rebuilt")
