@@ -84,7 +84,7 @@ def read_table(path, required=(), not_null=()) -> pd.DataFrame:
     if checksum.exists():
         problem = table_problem(path)
         if problem:
-            raise UnreadableFile(f"{path}: {problem}; delete it and rerun the workflow to rebuild it")
+            raise UnreadableFile(f"{path}: {problem}; rerun the workflow, which rebuilds it")
     df = read_csv(path)
     missing = [c for c in required if c not in df.columns]
     if missing:
