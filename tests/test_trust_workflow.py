@@ -22,7 +22,7 @@ from arrepro.files import UnreadableFile, write_table
 from arrepro.paper import tex_escape
 from arrepro.plots import literal
 from arrepro.tables import render_table
-from test_workflow import ROOT, TARGETS, copy_workflow, edit_config
+from test_workflow import ROOT, TARGETS, copy_workflow, edit_config, private_copy
 
 BIN = Path(sys.executable).parent  # this environment's `snakemake` and `python`
 TASK = "results/data/mqar-L16-K2-V64-3640bf"  # the tiny scale's dataset
@@ -74,9 +74,7 @@ def finished(tmp_path_factory):
 
 @pytest.fixture
 def wd(finished, tmp_path):
-    dst = tmp_path / "wf"
-    shutil.copytree(finished, dst, symlinks=True, copy_function=shutil.copy2)
-    return dst
+    return private_copy(finished, tmp_path)
 
 
 def run(wd: Path, *args, check=True):
@@ -254,7 +252,7 @@ def test_a_damaged_dataset_is_regenerated_and_nothing_retrains(wd, damage):
 
 
 def test_a_damaged_dataset_without_a_recorded_checksum_is_regenerated_and_its_cells_retrain(wd):
-    (wd / TASK / "manifest.json").unlink()
+    (wd / TASK / "manifest.json").unlink(missing_ok=True)  # (the code before it wrote none)
     data = wd / TASK / "train.npz"
     good = data.read_bytes()
     data.write_bytes(good[: len(good) // 2])
