@@ -231,14 +231,22 @@ def data_problem(path: Path, entry: dict | None) -> str | None:
 
 def record_data(folders) -> None:
     """Record the checksum of every intact dataset file in ``folders`` that has no record yet
-    (at the end of a run and at the start of the next: what was written in between)."""
+    (at the end of a run and at the start of the next: what was written in between), and the
+    new time of a recorded one whose bytes are the recorded ones (a copied results folder), so
+    that the next start needs no checksum. Only for files that passed ``data_problem``."""
     for folder in map(Path, folders):
         manifest = _read_manifest(folder)
         changed = False
         for split in SPLITS:
             f = folder / f"{split}.npz"
-            if f.name not in manifest and f.exists() and npz_problem(f) is None:
+            if not f.exists():
+                continue
+            entry = manifest.get(f.name)
+            if entry is None and npz_problem(f) is None:
                 manifest[f.name] = _entry(f)
+                changed = True
+            elif entry is not None and f.stat().st_mtime_ns != entry.get("mtime_ns") and data_problem(f, entry) is None:
+                entry["mtime_ns"] = f.stat().st_mtime_ns
                 changed = True
         if changed:
             _write_manifest(folder, manifest)
