@@ -1,11 +1,12 @@
 # Reproduction of "Revisiting associative recall in modern recurrent models".
-#   snakemake --cores 2 all                        the CPU demo (default scale)
-#   snakemake --cores 2 results/demo/fig2.pdf      one figure, training only its cells
-#   snakemake --profile slurm all                  the paper's grid on a Slurm cluster
+#   snakemake all                      the CPU demo (default scale; cores: profiles/default)
+#   snakemake results/fig2.pdf         one figure of the config's scale, training only its cells
+#   snakemake --profile slurm all      the paper's grid on a Slurm cluster
 # The grid, the recipes and the scales live in config.yaml; the logic in src/arrepro.
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -14,16 +15,22 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
-
 ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
+
+from arrepro.preflight import config_problem  # noqa: E402
+
+try:  # Snakemake's own message prints the whole config and schema after its one useful line
+    validate(config, "workflow/schemas/config.schema.yaml")
+except WorkflowError as err:
+    raise WorkflowError(config_problem(err)) from None
 
 
 report: "workflow/report/workflow.rst"  # `make report`: results/{scale}/report.html
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/preflight.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/gpushare.smk"
 include: "workflow/rules/train.smk"
@@ -31,6 +38,7 @@ include: "workflow/rules/search.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"
+include: "workflow/rules/current.smk"
 
 
 # Snakemake reruns a job whose output is missing only when a job that needs it must run anyway:

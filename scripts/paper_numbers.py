@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Write the manuscript's generated inputs (results/paper/numbers.tex and setup.tex) from the
-experiments' aggregated tables. By hand, from the repository root:
+"""Write the manuscript's generated inputs (results/{scale}/paper/numbers.tex and setup.tex) from
+the experiments' aggregated tables (results/{scale}/tables/). By hand, from the repository root,
+once the scale's tables are built (e.g. by `snakemake results/demo/tables/cells.csv`):
 
-    paper_numbers.py [--scale NAME] [--out-dir results/paper]"""
+    paper_numbers.py [--scale NAME] [--out-dir results/{scale}/paper]"""
 import argparse
 
 from arrepro.files import job_log
@@ -23,11 +24,14 @@ elif __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="config.yaml")
     ap.add_argument("--scale", help="default: the config's scale")
-    ap.add_argument("--out-dir", default="results/paper")
+    ap.add_argument("--out-dir", help="default: results/{scale}/paper, where the workflow writes them")
     a = ap.parse_args()
     config = yaml.safe_load(open(a.config))
-    meta = grid_meta(Grid(config, a.scale), config)
+    grid = Grid(config, a.scale)
+    meta = grid_meta(grid, config)
     exps = list(meta["experiments"])
-    write_paper_inputs(meta, {e: f"results/tables/{e}_best.csv" for e in exps},
-                       {e: f"results/tables/{e}_cells.csv" for e in exps},
-                       f"{a.out_dir}/numbers.tex", f"{a.out_dir}/setup.tex")
+    out = a.out_dir or f"{grid.out}/paper"
+    # the tables of this scale, where the workflow writes them (GRID.tables: cells, best)
+    write_paper_inputs(meta, {e: grid.tables(e)[1] for e in exps}, {e: grid.tables(e)[0] for e in exps},
+                       f"{out}/numbers.tex", f"{out}/setup.tex")
+    print(f"wrote {out}/numbers.tex and setup.tex from {grid.out}/tables/ ({len(exps)} experiments)")

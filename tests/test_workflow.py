@@ -16,7 +16,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 def copy_workflow(dst: Path) -> Path:
     for name in ("Snakefile", "config.yaml"):
         shutil.copy2(ROOT / name, dst / name)
-    for name in ("workflow", "src", "scripts", "paper", "envs"):
+    for name in ("workflow", "src", "scripts", "paper", "envs", "profiles"):
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     return dst
@@ -69,12 +69,17 @@ def done(tmp_path_factory):
     return wd
 
 
+def private_copy(src: Path, tmp_path: Path) -> Path:
+    """A copy of a workflow folder, results and Snakemake's records included."""
+    dst = tmp_path / "wf"
+    shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy2)
+    return dst
+
+
 @pytest.fixture
 def wd(done, tmp_path):
-    """A private copy of the finished workflow, results and Snakemake's records included."""
-    dst = tmp_path / "wf"
-    shutil.copytree(done, dst, symlinks=True, copy_function=shutil.copy2)
-    return dst
+    """A private copy of the finished workflow."""
+    return private_copy(done, tmp_path)
 
 
 def test_adding_a_learning_rate_trains_only_the_new_cells(wd):

@@ -16,12 +16,16 @@ from pathlib import Path
 import pandas as pd
 
 from . import search as S
-from .files import read_csv, read_json
+from .files import read_json, read_table, write_table
 from .grid import task_seq_len
 
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
 WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried"]
+# the columns every reader of the tables relies on, each with a value on every row (read_*_table)
+CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters"]
+BEST_NOT_NULL = GROUP + ["metric", "best_lr", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
+                         "outcome", "window_status"]
 
 
 def load_results(paths: list[str | Path]) -> pd.DataFrame:
@@ -114,18 +118,39 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             best_rows.append(_row(g, metric, {**_points_decision(points, key, state["outcome"], state["window"]),
                                               "chosen": state["chosen_lr"]}))
     cells = pd.concat(cell_parts, ignore_index=True)
-    cells = cells[["series"] + [c for c in cells.columns if c != "series"]]
-    Path(cells_csv).parent.mkdir(parents=True, exist_ok=True)
-    cells.to_csv(cells_csv, index=False)
-    pd.DataFrame(best_rows).sort_values(GROUP).reset_index(drop=True).to_csv(best_csv, index=False)
+    write_table(cells[["series"] + [c for c in cells.columns if c != "series"]], cells_csv)
+    write_table(pd.DataFrame(best_rows).sort_values(GROUP).reset_index(drop=True), best_csv)
 
 
 def merge_cell_tables(cell_csvs, out_csv) -> None:
     """One row per cell, from the experiments' cell tables (a cell shared by experiments or
     series appears once): the same rows as ``write_tables`` over every cell's result, read from a
     handful of tables instead of thousands of result files."""
-    df = pd.concat([read_csv(p) for p in cell_csvs], ignore_index=True)
-    df = df.drop(columns=[c for c in ("series", "search") if c in df.columns])
+    df = pd.concat([read_cells_table(p) for p in cell_csvs], ignore_index=True).drop(columns=["series", "search"])
     df = df.drop_duplicates("cell_dir").sort_values(CONFIG_KEYS)
-    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_csv, index=False)
+    write_table(df, out_csv)
+
+
+def read_cells_table(path, series: bool = True) -> pd.DataFrame:
+    """A cells table (an experiment's, with its ``series`` column; ``series=False``: the
+    scale's cells.csv), checked (arrepro.files.read_table): an error names the file."""
+    cols = CELLS_NOT_NULL + (["series"] if series else [])
+    return read_table(path, cols, cols)
+
+
+def read_best_table(path) -> pd.DataFrame:
+    """A best-over-LR table, checked (arrepro.files.read_table): an error names the file."""
+    return read_table(path, BEST_NOT_NULL, BEST_NOT_NULL)
+
+
+def table_content_problem(path) -> str | None:
+    """Why a table of the workflow's (``{exp}_best.csv``, ``{exp}_cells.csv``, ``cells.csv``)
+    cannot be read as one, or None: what its readers check (checksum, columns, values)."""
+    name = Path(path).name
+    read = (read_best_table if name.endswith("_best.csv") else
+            read_cells_table if name.endswith("_cells.csv") else lambda p: read_cells_table(p, series=False))
+    try:
+        read(path)
+    except ValueError as err:  # UnreadableFile: its message starts with the path
+        return str(err).removeprefix(f"{path}: ")
+    return None

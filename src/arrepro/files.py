@@ -3,7 +3,9 @@ their log (pure Python; no torch)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -40,6 +42,58 @@ def read_csv(path, **kwargs):
 
     with naming(path):
         return pd.read_csv(path, **kwargs)
+
+
+# -- derived tables: written with a checksum beside them, checked by every reader --------------
+def checksum_path(path) -> Path:
+    """Where a table's checksum lives: ``NAME.sha256`` beside it, in ``sha256sum`` format (so
+    ``sha256sum -c NAME.sha256`` checks it by hand, from its folder)."""
+    return Path(f"{path}.sha256")
+
+
+def write_table(df: pd.DataFrame, path) -> None:
+    """Write ``df`` as CSV at ``path`` atomically, and its SHA-256 beside it: a reader (and the
+    workflow at start-up) can tell the table its writer wrote from a truncated or edited one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = df.to_csv(index=False).encode()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    tmp.write_text(f"{hashlib.sha256(data).hexdigest()}  {path.name}\n")
+    tmp.replace(checksum_path(path))
+
+
+def table_problem(path) -> str | None:
+    """Why the table at ``path`` is not the one its writer wrote, or None: no checksum beside it
+    (written by hand, or before tables had one), or a checksum that does not match."""
+    try:
+        recorded = checksum_path(path).read_text().split()[0]
+    except (OSError, IndexError):
+        return "no checksum beside it (it was not written by the workflow's aggregate step)"
+    if hashlib.sha256(Path(path).read_bytes()).hexdigest() != recorded:
+        return "its content does not match the checksum written with it (truncated or edited since)"
+    return None
+
+
+def read_table(path, required=(), not_null=()) -> pd.DataFrame:
+    """A derived table, checked: its checksum where one is beside it (a table without one, made
+    by hand, is read as it is), the ``required`` columns present and the ``not_null`` ones
+    without a missing value. Any failure is an UnreadableFile naming the file."""
+    checksum = checksum_path(path)
+    if checksum.exists():
+        problem = table_problem(path)
+        if problem:
+            raise UnreadableFile(f"{path}: {problem}; rerun the workflow, which rebuilds it")
+    df = read_csv(path)
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise UnreadableFile(f"{path}: missing column(s) {', '.join(missing)}; it has {', '.join(map(str, df.columns))}")
+    for col in not_null:
+        if col in df.columns and df[col].isna().any():
+            row = int(df.index[df[col].isna()][0]) + 2  # the line in the file: 1-based, after the header
+            raise UnreadableFile(f"{path}: column {col!r} has no value on line {row} (a truncated or edited table?)")
+    return df
 
 
 @contextlib.contextmanager

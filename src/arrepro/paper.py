@@ -44,7 +44,12 @@ METRIC_NAMES = {"final_accuracy": "the test accuracy after the last epoch",
 
 
 # --------------------------------------------------------------------------- formatting
-TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+# Text from the config (titles, series' names, labels) is typeset as written. '$' is the math font's
+# dollar: LaTeX's \$ in text is \textdollar, from the TS1 fonts, which Debian's texlive-fonts-recommended
+# has only as bitmaps, and microtype's font expansion then stops pdflatex ("auto expansion is only
+# possible with scalable fonts"). '<', '>' and '|' in OT1 text would print as other glyphs.
+TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\ensuremath{\mathdollar}", "#": r"\#", "_": r"\_",
+               "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "≥": r"$\geq$", "≤": r"$\leq$",
                "×": r"$\times$", "±": r"$\pm$", "–": "--", "—": "---", "−": r"$-$"}
 
@@ -80,10 +85,10 @@ def fmt_int(n) -> str:
 
 
 # --------------------------------------------------------------------------- reading
-def read_csv(path, columns: list[str]) -> pd.DataFrame:
-    from .files import read_csv as read_file
+def read_csv(path, columns: list[str], not_null=()) -> pd.DataFrame:
+    from .files import read_table
 
-    df = read_file(path)
+    df = read_table(path, not_null=not_null)  # its checksum, and a value on every row in ``not_null``
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}; has {list(df.columns)}")
@@ -534,8 +539,11 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
 
 
 def load_results(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[str, str]) -> dict[str, Results]:
-    return {exp: Results(exp, meta["experiments"][exp], read_csv(best_csvs[exp], BEST_COLUMNS),
-                         read_csv(cells_csvs[exp], CELL_COLUMNS), meta["reference_lrs"].get(exp, []), meta["tasks"])
+    from .aggregate import BEST_NOT_NULL, CELLS_NOT_NULL
+
+    return {exp: Results(exp, meta["experiments"][exp], read_csv(best_csvs[exp], BEST_COLUMNS, BEST_NOT_NULL),
+                         read_csv(cells_csvs[exp], CELL_COLUMNS, CELLS_NOT_NULL + ["series"]),
+                         meta["reference_lrs"].get(exp, []), meta["tasks"])
             for exp in meta["experiments"]}
 
 

@@ -36,6 +36,12 @@ def _legend_entries(axes):
     return list(entries.values()), list(entries)
 
 
+def literal(text) -> str:
+    """``text`` as matplotlib draws it literally: every '$' escaped (an even number of them
+    would start mathtext, where ``$\\foo$`` is an error)."""
+    return str(text).replace("$", r"\$")
+
+
 def _finish(fig, title: str, scale: str, paths) -> None:
     fig.suptitle(f"{title}\nscale: {scale}", fontsize=11)
     fig.tight_layout()
@@ -183,9 +189,14 @@ PLOTS = {"width": width_figure, "lr": lr_figure, "params": params_figure, "dynam
 def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, paths, **extra) -> None:
     if kind not in PLOTS:
         raise ValueError(f"unknown plot kind {kind!r}; known: {sorted(PLOTS)}")
+    from .aggregate import read_best_table, read_cells_table
     from .files import read_csv, read_jsonl
 
-    best, cells = read_csv(best_csv), read_csv(cells_csv)
+    best, cells = read_best_table(best_csv), read_cells_table(cells_csv)
+    # config text (a title, a series' name) is drawn as written: a '$' does not start mathtext
+    title = literal(title)
+    for df in (best, cells):
+        df["series"] = df["series"].map(literal)
     if extra.get("published"):
         extra["published"] = read_csv(extra["published"])
     if kind == "dynamics":

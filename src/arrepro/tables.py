@@ -16,11 +16,22 @@ def _save(df: pd.DataFrame, csv_path, tex_path, caption_note: str, scale: str) -
     df.to_csv(csv_path, index=False)
     cols = "l" * len(df.columns)
     body = df.to_latex(index=False, escape=True, column_format=cols, float_format="%.2f")
+    body = literal_tex(body)
     body = body.replace("±", r"$\pm$")
     note = rf"\multicolumn{{{len(df.columns)}}}{{l}}{{\footnotesize {caption_note} Scale: {scale}.}}\\"
     body = body.replace(r"\end{tabular}", note + "\n" + r"\end{tabular}")
     with open(tex_path, "w") as f:
         f.write(body)
+
+
+def literal_tex(body: str) -> str:
+    """pandas' escaped LaTeX with the characters it leaves to the font typeset as written
+    (arrepro.paper.TEX_SPECIAL: '$' in the math font, '<', '>', '|')."""
+    from .paper import TEX_SPECIAL
+
+    for ch in "<>|":
+        body = body.replace(ch, TEX_SPECIAL[ch])
+    return body.replace(r"\$", TEX_SPECIAL["$"])
 
 
 def _model_label(models: dict, name: str) -> str:
@@ -89,9 +100,9 @@ def lr_window(best: pd.DataFrame) -> pd.DataFrame:
 
 def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric: str, scale: str,
                  csv_path: str, tex_path: str) -> None:
-    from .files import read_csv
+    from .aggregate import read_best_table
 
-    best = read_csv(best_csv)
+    best = read_best_table(best_csv)
     if kind == "accuracy":
         df, note = accuracy_table(best, models), "Best-over-LR accuracy, mean ± std over seeds."
     elif kind == "positional":

@@ -123,3 +123,27 @@ def experiment_series(exp):
     for name, s in SEARCHES.of_experiment(exp):
         series.setdefault(name, []).append(s.key)
     return [{"series": k, "searches": list(dict.fromkeys(v))} for k, v in series.items()]
+
+
+# results/fig1.pdf etc.: links to the outputs of this scale (workflow/rules/current.smk)
+CURRENT = [os.path.basename(f) for e in EXPERIMENTS for f in GRID.outputs(e) if f.startswith(f"{OUT}/{e}.")]
+CURRENT.append("paper.pdf")
+
+
+def current_input(wc):
+    if wc.name not in CURRENT:  # an output of another scale: say which, rather than "no rule"
+        exp = os.path.splitext(wc.name)[0]
+        other = [s for s, sc in config["scales"].items() if exp in sc.get("experiments", {})]
+        hint = (f"; it is an experiment of scale(s) {', '.join(other)}: `snakemake results/{wc.name} --config "
+                f"scale={other[0]}`") if other else ""
+        raise WorkflowError(f"results/{wc.name}: scale {GRID.scale_name} (config.yaml's `scale`, or --config scale=...) "
+                            f"has no such output; it has: {', '.join(CURRENT)}{hint}")
+    return f"{OUT}/{wc.name}"
+
+
+def make_link(target, link, log):
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(target, link)
+    with open(log, "w") as f:
+        print(f"{link} -> {target}", file=f)

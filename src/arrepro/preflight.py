@@ -1,0 +1,367 @@
+"""What the workflow checks when Snakemake reads the Snakefile, before it builds the DAG (which
+takes a minute at the paper scale) and before any job: so that a problem is named first, in
+one or a few lines, and a damaged derived file is rebuilt instead of being used.
+
+* ``config_problem``: a config.yaml that fails the schema, in one line naming the key (Snakemake's
+  own ``validate`` message prints the whole config and schema after it);
+* ``missing_software``: conda (when rules deploy with it) and sbatch (for the Slurm executor);
+* ``other_run`` / ``record_run``: another Snakemake run in this folder (its pid), which Snakemake
+  itself reports only as "incomplete files: use --rerun-incomplete", advice that would start
+  a second trainer on the cells the first one is training;
+* ``check_data``: the datasets of the scale (results/data/<task>/*.npz) against the checksums
+  recorded beside them (``manifest.json``); a damaged one is regenerated in place (the
+  generator is deterministic) and, when it matches the recorded checksum again, gets its
+  recorded modification time back, so that no cell trained on it is planned again;
+* ``damaged_tables``: the derived tables against the checksum their writer stored beside them
+  (``arrepro.files.write_table``), or, without one, against what their readers need; one that
+  fails (truncated, edited) is rebuilt (``force_rebuild``), with what the targets need of it.
+
+Which Snakemake command runs (a dry run, a real run, or no run at all: --lint, --unlock, ...)
+is not part of Snakemake's API when the Snakefile is read: ``invocation`` reads it from the
+parsed command line in the frame of Snakemake's ``args_to_api`` (snakemake/cli.py, Snakemake 9).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from .files import checksum_path, table_problem
+
+SPLITS = ("train", "test")
+MANIFEST = "manifest.json"  # beside a task's train.npz and test.npz: {file: {sha256, size, mtime_ns}}
+RUN_RECORD = ".snakemake/arrepro-run.json"  # the Snakemake run that last started jobs in this folder
+
+
+# --------------------------------------------------------------------------- which command runs
+# Snakemake commands that read the Snakefile but run no job (snakemake/cli.py, args_to_api)
+NOT_A_RUN = ("lint", "list_target_rules", "list_rules", "print_compilation", "containerize", "generate_unit_tests",
+             "dag", "rulegraph", "filegraph", "d3dag", "unlock", "cleanup_metadata", "conda_cleanup_envs",
+             "conda_create_envs_only", "list_conda_envs", "cleanup_shadow", "container_cleanup_images", "list_changes",
+             "list_input_changes", "list_params_changes", "list_untracked", "summary", "detailed_summary", "archive",
+             "delete_all_output", "delete_temp_output")
+
+
+def invocation() -> dict | None:
+    """``{"executor": name, "dryrun": bool}`` while the ``snakemake`` command reads the Snakefile
+    to run the workflow (``-n`` included); None for commands that run no job (--lint, --unlock,
+    --report, --summary, ...) and where Snakemake is not run from its command line. Read from
+    the parsed arguments in the frame of Snakemake's ``args_to_api`` (snakemake/cli.py, 9.x):
+    Snakemake reads the Snakefile before it tells the workflow what it will do."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "args_to_api" and code.co_filename.endswith(os.path.join("snakemake", "cli.py")):
+            args = frame.f_locals.get("args")
+            if args is None or any(getattr(args, k, None) for k in NOT_A_RUN):
+                return None
+            if getattr(args, "reporter", None) and not getattr(args, "report_after_run", False):
+                return None
+            return {"executor": getattr(args, "executor", None) or "local", "dryrun": bool(getattr(args, "dryrun", False))}
+        frame = frame.f_back
+    return None
+
+
+def say(message: str) -> None:
+    """A line for the user, before Snakemake's own output."""
+    print(f"arrepro: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- config.yaml
+def config_problem(err: Exception, source: str = "config.yaml") -> str:
+    """One line for a config that Snakemake's ``validate`` refused: where (the key's path) and
+    what, with the allowed keys for an unknown one. ``err``: validate's WorkflowError, raised while
+    handling jsonschema's ValidationError (its context)."""
+    from jsonschema.exceptions import ValidationError, best_match
+
+    e = err
+    while e is not None and not isinstance(e, ValidationError):  # validate raises WorkflowError(..., e)
+        e = e.__cause__ or e.__context__
+    if e is None:
+        return f"{source}: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+    if e.context:  # oneOf/anyOf: the most relevant of the alternatives' errors
+        e = best_match(e.context)
+    path = e.json_path.removeprefix("$").lstrip(".")
+    where = f"at {path}" if path else "at the top level"
+    if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+        known = e.schema.get("properties", {})
+        unknown = [k for k in e.instance if k not in known]
+        allowed = ", ".join(sorted(known)) or "none"
+        return (f"{source}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} {where} "
+                f"(allowed there: {allowed})")
+    message = e.message if len(e.message) <= 300 else e.message[:300] + " ..."
+    return f"{source}: {where}: {message}"
+
+
+# --------------------------------------------------------------------------- software
+def missing_software(deployment_methods, run: dict | None) -> str | None:
+    """What this run needs and PATH lacks: conda when rules deploy their software with it (the
+    Slurm profile's ``software-deployment-method: conda``), sbatch for the Slurm executor (not
+    for a dry run). None if nothing is missing."""
+    if run is None:
+        return None
+    problems = []
+    if any(getattr(m, "name", str(m)).upper() == "CONDA" for m in deployment_methods or ()) and not shutil.which("conda"):
+        problems.append(
+            "`conda` is not on PATH, and this run deploys every rule's software with conda (software-deployment-method: "
+            "conda, which `--profile slurm` sets). Put conda on PATH (`module load` it, or install Miniforge), or, where "
+            "this Python environment is on a file system the nodes share, add `--sdm env-modules` to run the rules with it")
+    if run["executor"] == "slurm" and not run["dryrun"] and not shutil.which("sbatch"):
+        problems.append("`sbatch` is not on PATH: `--profile slurm` submits every job to Slurm; run it on a login node "
+                        "of the cluster (or run locally: `snakemake all`)")
+    return "; and ".join(problems) or None
+
+
+# --------------------------------------------------------------------------- another run
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell it from a later
+    process that reuses its pid; None where /proc does not say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int, ticks: int | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return ticks is None or _start_ticks(pid) in (None, ticks)
+
+
+def other_run(workdir: str | Path = ".") -> dict | None:
+    """The record of another Snakemake run that started jobs in ``workdir`` and is still alive,
+    else None."""
+    path = Path(workdir) / RUN_RECORD
+    try:
+        rec = json.loads(path.read_text())
+        pid = int(rec["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if pid == os.getpid() or not _alive(pid, rec.get("start_ticks")):
+        return None
+    return rec
+
+
+def record_run(workdir: str | Path = ".") -> None:
+    """Record this process as the run that holds ``workdir`` (written atomically)."""
+    path = Path(workdir) / RUN_RECORD
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"pid": os.getpid(), "start_ticks": _start_ticks(os.getpid()),
+           "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(["snakemake", *sys.argv[1:]])}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(rec))
+    tmp.replace(path)
+
+
+def holder_message(rec: dict, workdir: str | Path = ".") -> str:
+    return (f"another Snakemake run holds this folder ({Path(workdir).resolve()}): pid {rec['pid']}, started "
+            f"{rec.get('started', '?')} (`{rec.get('command', 'snakemake')}`). Its jobs in progress look "
+            f"incomplete to a second run: do not follow a --rerun-incomplete or --unlock advice while it runs. Wait "
+            f"for it, or stop it first (`kill {rec['pid']}`; an interrupted training cell resumes from its checkpoint)")
+
+
+# --------------------------------------------------------------------------- datasets
+def sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _entry(path: Path) -> dict:
+    st = path.stat()
+    return {"sha256": sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _read_manifest(folder: Path) -> dict:
+    try:
+        m = json.loads((folder / MANIFEST).read_text())
+        return m if isinstance(m, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_manifest(folder: Path, manifest: dict) -> None:
+    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    tmp.replace(folder / MANIFEST)
+
+
+def npz_problem(path: Path) -> str | None:
+    """Why ``path`` is not a readable .npz (a zip of .npy arrays, every member's CRC intact),
+    or None."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+            if bad is not None:
+                return f"member {bad} fails its CRC check"
+            if not z.namelist():
+                return "no arrays"
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def data_problem(path: Path, entry: dict | None) -> str | None:
+    """Why a dataset file cannot be trusted, or None. With a recorded entry: same size and
+    modification time (cheap), else the same checksum; without one: an intact .npz."""
+    st = path.stat()
+    if entry:
+        if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns"):
+            return None
+        if st.st_size != entry.get("size"):
+            return f"{st.st_size} bytes where {entry.get('size')} were written"
+        if sha256(path) != entry.get("sha256"):
+            return "its content differs from the checksum recorded when it was written"
+        return None
+    return npz_problem(path)
+
+
+def record_data(folders) -> None:
+    """Record the checksum of every intact dataset file in ``folders`` that has no record yet
+    (at the end of a run and at the start of the next: what was written in between), and the
+    new time of a recorded one whose bytes are the recorded ones (a copied results folder), so
+    that the next start needs no checksum. Only for files that passed ``data_problem``."""
+    for folder in map(Path, folders):
+        manifest = _read_manifest(folder)
+        changed = False
+        for split in SPLITS:
+            f = folder / f"{split}.npz"
+            if not f.exists():
+                continue
+            entry = manifest.get(f.name)
+            if entry is None and npz_problem(f) is None:
+                manifest[f.name] = _entry(f)
+                changed = True
+            elif entry is not None and f.stat().st_mtime_ns != entry.get("mtime_ns") and data_problem(f, entry) is None:
+                entry["mtime_ns"] = f.stat().st_mtime_ns
+                changed = True
+        if changed:
+            _write_manifest(folder, manifest)
+
+
+def check_data(tasks: dict[str, dict], dryrun: bool, root: str = "results/data") -> list[str]:
+    """Check the dataset files of ``tasks`` ({task id: definition}) that exist; regenerate a
+    damaged one (not in a dry run). Returns what it found and did, one line per file."""
+    from .data import save_task
+
+    notes = []
+    for tid, task in tasks.items():
+        folder = Path(root) / tid
+        manifest = _read_manifest(folder)
+        bad = {}
+        for split in SPLITS:
+            f = folder / f"{split}.npz"
+            if f.exists():
+                why = data_problem(f, manifest.get(f.name))
+                if why:
+                    bad[f] = why
+        if not bad:
+            record_data([folder])
+            continue
+        if dryrun:
+            notes += [f"{f}: damaged ({why}); a run without -n regenerates it before any job (and, if it comes out "
+                      "identical to the recorded checksum, trains none of the cells this plan lists because of it)"
+                      for f, why in bad.items()]
+            continue
+        tmp = folder / f".regenerate-{os.getpid()}"
+        try:
+            save_task({k: v for k, v in task.items() if k != "name"}, tmp)
+            for f, why in bad.items():
+                new, entry = tmp / f.name, manifest.get(f.name)
+                same = entry is not None and sha256(new) == entry.get("sha256")
+                new.replace(f)
+                if same:  # byte-identical to what the cells trained on: its old time, nothing reruns
+                    os.utime(f, ns=(f.stat().st_atime_ns, entry["mtime_ns"]))
+                    notes.append(f"{f}: damaged ({why}); regenerated it, identical to the checksum recorded when "
+                                 "it was written: no cell is retrained")
+                else:
+                    manifest[f.name] = _entry(f)
+                    notes.append(f"{f}: damaged ({why}); regenerated it, but "
+                                 + ("no checksum was recorded" if entry is None else "it differs from the recorded checksum")
+                                 + ": Snakemake may plan the cells trained on it again (the file is newer than them)")
+            _write_manifest(folder, manifest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return notes
+
+
+# --------------------------------------------------------------------------- derived tables
+def damaged_tables(paths) -> dict[Path, str]:
+    """The existing tables in ``paths`` that fail their check, each with why: the checksum their
+    writer stored beside them or, without one (made by hand, or before tables had one), what
+    their readers need (arrepro.aggregate.table_content_problem)."""
+    bad = {}
+    for path in map(Path, paths):
+        if not path.exists():
+            continue
+        if checksum_path(path).exists():
+            why = table_problem(path)
+        else:
+            from .aggregate import table_content_problem
+
+            why = table_content_problem(path)
+        if why:
+            bad[path] = why
+    return bad
+
+
+def force_rebuild(paths) -> bool:
+    """Add ``paths`` to the ``--forcerun`` files of the Snakemake command reading the Snakefile
+    (its DAGSettings, in the frame of Snakemake's ``WorkflowApi.dag``): Snakemake then rebuilds
+    them, and whatever the targets need downstream of them, in a dry run too. (Moving a damaged
+    table away is not enough: Snakemake rebuilds a missing file only for a job that must run
+    anyway.) False where there is no such frame."""
+    from snakemake.settings.types import DAGSettings
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        settings = frame.f_locals.get("dag_settings")
+        if isinstance(settings, DAGSettings):
+            settings.forcerun = frozenset(settings.forcerun or ()) | {str(p) for p in paths}
+            return True
+        frame = frame.f_back
+    return False
+
+
+# --------------------------------------------------------------------------- the workflow's hook
+def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = ".") -> None:
+    """Everything above, for the run Snakemake is about to start (nothing for --lint, --unlock
+    and other commands that run no job, nor inside a job): raise a WorkflowError naming what
+    stops the run; regenerate damaged datasets, move damaged tables aside, and say so."""
+    from snakemake.exceptions import WorkflowError
+
+    run = invocation()
+    if run is None or getattr(workflow.exec_mode, "name", "DEFAULT") != "DEFAULT":
+        return
+    problem = missing_software(workflow.deployment_settings.deployment_method, run)
+    if problem:
+        raise WorkflowError(f"stopping before any job: {problem}")
+    holder = other_run(workdir)
+    if holder and not run["dryrun"]:
+        raise WorkflowError(f"stopping before any job: {holder_message(holder, workdir)}")
+    if holder:
+        say(f"note: {holder_message(holder, workdir)}")
+        return  # a dry run beside a running one: its files are in flux, leave them alone
+    if not run["dryrun"]:
+        record_run(workdir)
+    for note in check_data(tasks, run["dryrun"]):
+        say(note)
+    bad = damaged_tables(tables)
+    if bad and not force_rebuild(bad):
+        raise WorkflowError("stopping before any job: " + "; ".join(f"{p}: {why}" for p, why in bad.items())
+                            + ". Delete the file(s) and rerun")
+    for path, why in bad.items():
+        say(f"{path}: {why}; it is rebuilt")

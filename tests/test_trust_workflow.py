@@ -1,0 +1,303 @@
+"""The user's own commands, typed as they type them, from a fresh checkout of this repository;
+and the workflow-level guarantees of issue 18: damaged tables and datasets are rebuilt (not
+used), a damaged table read by hand is named, config text is drawn and typeset as written,
+another run in the folder is named with its pid, a config error is one short message, and what
+a Slurm run lacks is said before the DAG is built. Snakemake runs on the tiny scale."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from arrepro.aggregate import read_best_table, read_cells_table
+from arrepro.files import UnreadableFile, write_table
+from arrepro.paper import tex_escape
+from arrepro.plots import literal
+from arrepro.tables import render_table
+from test_workflow import ROOT, TARGETS, copy_workflow, edit_config, private_copy
+
+BIN = Path(sys.executable).parent  # this environment's `snakemake` and `python`
+TASK = "results/data/mqar-L16-K2-V64-3640bf"  # the tiny scale's dataset
+BEST = "results/tiny/tables/fig2_best.csv"
+
+
+def fresh_checkout(dst: Path) -> Path:
+    """The files a clone of this work tree would hold (tracked, and new ones not ignored), without
+    results, .snakemake or .venv: what `git clone` of the branch gives."""
+    git = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                         capture_output=True)
+    if git.returncode != 0:  # not a git work tree (an unpacked archive): its files as they are
+        return copy_workflow(dst)
+    files = git.stdout.decode().split("\0")
+    for f in filter(None, files):
+        if (ROOT / f).is_file():
+            (dst / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, dst / f)
+    return dst
+
+
+def typed(wd: Path, command: str, path: str | None = None, check=False, **kw):
+    """``command`` as a user types it in ``wd`` (a shell; this environment's bin first on PATH)."""
+    # PYTHONPATH: a script run by hand imports this checkout's package, as `pip install -e .` of it would
+    env = {**os.environ, "PATH": path or f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(wd / "src"),
+           **kw.pop("env", {})}
+    p = subprocess.run(command, shell=True, cwd=wd, capture_output=True, text=True, env=env, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{command}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def set_default_scale(wd: Path, scale: str) -> None:
+    """config.yaml's `scale:` line, as a user edits it (the rest of the file as it is)."""
+    cfg = wd / "config.yaml"
+    cfg.write_text(re.sub(r"^scale: \S+", f"scale: {scale}", cfg.read_text(), count=1, flags=re.M))
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A fresh checkout whose default scale is set to tiny (the demo trains for 20 minutes), after
+    the command users type: `snakemake results/fig2.pdf` (no --cores, no --config)."""
+    wd = fresh_checkout(tmp_path_factory.mktemp("clone"))
+    set_default_scale(wd, "tiny")
+    typed(wd, "snakemake results/fig2.pdf", check=True)
+    typed(wd, "snakemake results/tiny/tables/cells.csv", check=True)  # the rest of TARGETS
+    return wd
+
+
+@pytest.fixture
+def wd(finished, tmp_path):
+    return private_copy(finished, tmp_path)
+
+
+def run(wd: Path, *args, check=True):
+    return typed(wd, " ".join(["snakemake", "--cores", "1", *args]), check=check)
+
+
+# --------------------------------------------------------------------------- the commands as typed
+def test_the_plain_command_builds_the_figure_of_the_configs_scale(finished):
+    link = finished / "results/fig2.pdf"
+    assert link.is_symlink() and os.readlink(link) == "tiny/fig2.pdf" and link.resolve().is_file()
+    again = typed(finished, "snakemake results/fig2.pdf", check=True)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_figure_of_the_default_demo_scale_plans_as_typed(tmp_path):
+    wd = fresh_checkout(tmp_path)
+    p = typed(wd, "snakemake -n results/fig1.pdf", check=True)
+    assert re.search(r"rule current:\s+input: results/demo/fig1\.pdf\s+output: results/fig1\.pdf", p.stdout), p.stdout[-2000:]
+
+
+def test_switching_scales_repoints_the_link_and_another_scales_figure_is_explained(finished):
+    p = typed(finished, "snakemake -n results/fig2.pdf --config scale=demo", check=True)
+    assert re.search(r"rule current:\s+input: results/demo/fig2\.pdf", p.stdout), p.stdout[-2000:]
+    p = typed(finished, "snakemake -n results/fig1.pdf")
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "scale tiny" in out and "--config scale=" in out, out[-2000:]
+    assert "MissingRuleException" not in out
+
+
+def test_the_slurm_profile_says_conda_is_missing_before_building_the_dag(tmp_path):
+    wd = fresh_checkout(tmp_path)
+    path = f"{BIN}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    if shutil.which("conda", path=path):
+        pytest.skip("conda is on this machine's PATH")
+    t0 = time.perf_counter()
+    p = typed(wd, "snakemake --profile slurm all -n", path=path)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "`conda` is not on PATH" in out, out[-3000:]
+    assert "Building DAG" not in out
+    print(f"refused after {time.perf_counter() - t0:.1f} s")
+
+
+FAKE_CONDA = """#!/bin/sh
+# answers what a Snakemake dry run asks conda
+case "$*" in
+  "info --json") echo '{"conda_prefix": "/nonexistent", "platform": "linux-64"}';;
+  "--version") echo "conda 24.11.0";;
+  "config --get channel_priority --json") echo '{"get": {"channel_priority": "strict"}}';;
+  *) exit 1;;
+esac
+"""
+
+
+def test_the_slurm_profile_plans_as_typed_beside_the_workflow_profile(tmp_path):
+    """`snakemake --profile slurm all -n` with conda on PATH (a stand-in answering what a dry run
+    asks) and the workflow's own profile: both are used and the tiny grid plans."""
+    wd = fresh_checkout(tmp_path / "wf")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/conda").write_text(FAKE_CONDA)
+    (tmp_path / "bin/conda").chmod(0o755)
+    p = typed(wd, "snakemake --profile slurm all -n", path=f"{tmp_path / 'bin'}{os.pathsep}{BIN}{os.pathsep}/usr/bin:/bin",
+              env={"ARREPRO_SCALE": "tiny"}, check=True)
+    assert re.search(r"Using profiles? slurm and workflow specific profile profiles/default", p.stderr), p.stderr
+    assert re.search(r"^train\s+2$", p.stdout, re.M), p.stdout[-2000:]
+
+
+def test_paper_numbers_by_hand_reads_the_scales_tables(wd):
+    p = typed(wd, "python scripts/paper_numbers.py", check=True)
+    by_hand = (wd / "results/tiny/paper/numbers.tex").read_text()
+    assert "results/tiny/tables" in p.stdout
+    run(wd, "--forcerun", "paper_numbers", "results/tiny/paper/numbers.tex")
+    assert (wd / "results/tiny/paper/numbers.tex").read_text() == by_hand  # the workflow's own
+
+
+# --------------------------------------------------------------------------- config errors, other runs
+def test_an_unknown_top_level_key_is_one_short_message(tmp_path):
+    wd = fresh_checkout(tmp_path)
+    with open(wd / "config.yaml", "a") as f:
+        f.write("wdith: 3\n")
+    p = typed(wd, "snakemake -n")
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "'wdith'" in out and "config.yaml" in out
+    assert len(out.splitlines()) <= 6, out[:3000]
+
+
+def test_a_second_run_is_told_another_run_holds_the_folder(wd):
+    """The first run is inside a (slowed) data job; the second is told who holds the folder,
+    with its pid, instead of "use --rerun-incomplete"."""
+    with open(wd / "scripts/make_data.py", "a") as f:
+        f.write("\nimport time\ntime.sleep(120)\n")
+    shutil.rmtree(wd / TASK)
+    shutil.rmtree(wd / "results/tiny/logs/data")
+    first = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1", *TARGETS], cwd=wd, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not list(wd.glob("results/tiny/logs/data/*.log")) and time.time() < deadline:
+            time.sleep(0.5)
+        assert first.poll() is None, "the first run ended early"
+        second = run(wd, *TARGETS, check=False)
+        out = second.stdout + second.stderr
+        assert second.returncode != 0 and "another Snakemake run holds this folder" in out, out[-3000:]
+        assert f"pid {first.pid}" in out
+        dry = run(wd, "-n", *TARGETS, check=False)
+        assert f"pid {first.pid}" in dry.stderr
+    finally:  # the first run and its job (its own process group)
+        os.killpg(first.pid, signal.SIGTERM)
+        first.wait(60)
+
+
+# --------------------------------------------------------------------------- damaged tables
+def test_a_truncated_table_is_rebuilt_not_used(wd):
+    """Issue 18's case: 40 bytes cut off the best table and off cells.csv after a finished run.
+    The rerun rebuilds both (naming them) and the figure from the true table."""
+    good = {t: (wd / t).read_bytes() for t in (BEST, "results/tiny/tables/cells.csv")}
+    figure = (wd / "results/tiny/fig2.pdf").stat().st_mtime_ns
+    for t in good:
+        with open(wd / t, "r+b") as f:
+            f.truncate(len(good[t]) - 40)
+    p = run(wd, *TARGETS)
+    for t, data in good.items():
+        assert (wd / t).read_bytes() == data
+        assert t in p.stderr
+    assert (wd / "results/tiny/fig2.pdf").stat().st_mtime_ns > figure  # redrawn from the true table
+
+
+def test_a_best_table_missing_its_last_row_is_rebuilt(wd):
+    table = wd / BEST
+    good = table.read_text()
+    table.write_text("".join(good.splitlines(keepends=True)[:-1]))
+    dry = run(wd, "-n", *TARGETS)  # the plan shows the rebuild
+    assert re.search(r"^aggregate\s+1$", dry.stdout, re.M) and BEST in dry.stderr, dry.stdout[-2000:]
+    run(wd, *TARGETS)
+    assert table.read_text() == good
+
+
+def test_a_damaged_table_read_by_hand_is_named(tmp_path, finished):
+    best = tmp_path / "fig2_best.csv"
+    write_table(pd.read_csv(finished / BEST), best)
+    read_best_table(best)
+    best.write_text("".join(best.read_text().splitlines(keepends=True)[:-1]))  # its last row cut
+    with pytest.raises(UnreadableFile, match=re.escape(str(best)) + ".*checksum"):
+        read_best_table(best)
+    # the figure script by hand: the error names the file
+    p = typed(ROOT, f"python scripts/plot_figure.py --kind width --best {best} --cells {finished / 'results/tiny/tables/fig2_cells.csv'}"
+                    f" --title t --scale tiny {tmp_path / 'f.pdf'}")
+    assert p.returncode != 0 and str(best) in p.stderr, p.stderr[-2000:]
+
+
+def test_a_hand_made_table_with_a_missing_value_is_named(tmp_path, finished):
+    cells = tmp_path / "fig2_cells.csv"
+    text = (finished / "results/tiny/tables/fig2_cells.csv").read_text()
+    cells.write_text(text.rstrip()[:text.rstrip().rindex(",")])  # the last row's last field (cell_dir) cut
+    with pytest.raises(UnreadableFile, match=re.escape(str(cells)) + ".*'cell_dir'.*line 3"):
+        read_cells_table(cells)
+
+
+# --------------------------------------------------------------------------- damaged datasets
+@pytest.mark.parametrize("damage", ["truncate", "garble"])
+def test_a_damaged_dataset_is_regenerated_and_nothing_retrains(wd, damage):
+    data = wd / TASK / "train.npz"
+    good, results = data.read_bytes(), sorted(wd.glob("results/cells/**/result.json"))
+    stamps = [r.stat().st_mtime_ns for r in results]
+    if damage == "truncate":
+        data.write_bytes(good[:-100])
+    else:
+        data.write_bytes(good[:1000] + bytes(b ^ 0xFF for b in good[1000:1100]) + good[1100:])
+    dry = run(wd, "-n", *TARGETS)
+    assert str(data.relative_to(wd)) in dry.stderr and data.read_bytes() != good  # a dry run changes nothing
+    p = run(wd, *TARGETS)
+    assert data.read_bytes() == good
+    assert f"{data.relative_to(wd)}: damaged" in p.stderr and "no cell is retrained" in p.stderr
+    assert "rule train:" not in p.stdout + p.stderr
+    assert [r.stat().st_mtime_ns for r in results] == stamps
+
+
+def test_a_damaged_dataset_without_a_recorded_checksum_is_regenerated_and_its_cells_retrain(wd):
+    (wd / TASK / "manifest.json").unlink(missing_ok=True)  # (the code before it wrote none)
+    data = wd / TASK / "train.npz"
+    good = data.read_bytes()
+    data.write_bytes(good[: len(good) // 2])
+    p = run(wd, *TARGETS)
+    assert data.read_bytes() == good and "no checksum was recorded" in p.stderr
+    assert all(json.loads(r.read_text())["final_accuracy"] >= 0 for r in wd.glob("results/cells/**/result.json"))
+    assert json.loads((wd / TASK / "manifest.json").read_text())["train.npz"]["size"] == len(good)
+
+
+# --------------------------------------------------------------------------- text drawn as written
+TITLE = r"$\foo$ costs <5 | 10% & more"
+SERIES = "budget in US$"
+
+
+def test_config_text_with_dollars_is_drawn_and_typeset_as_written(wd):
+    """The figure is drawn and the paper built (where TeX is installed: tests/test_paper.py
+    installs it as root) with a '$' in a series and '$\\foo$' in a title."""
+    def edit(c):
+        fig2 = c["scales"]["tiny"]["experiments"]["fig2"]
+        fig2["title"], fig2["grids"][0]["series"] = TITLE, SERIES
+    edit_config(wd, edit)
+    tex = shutil.which("pdflatex") and shutil.which("bibtex")
+    p = run(wd, "results/tiny/fig2.pdf", "results/tiny/paper.pdf" if tex else "results/tiny/paper/numbers.tex", check=False)
+    log = wd / "results/tiny/logs/paper.log"
+    assert p.returncode == 0, p.stderr[-2000:] + (log.read_text()[-2000:] if log.exists() else "")
+    assert pd.read_csv(wd / BEST)["series"].tolist() == [SERIES]
+    for f in ("numbers.tex", "setup.tex"):
+        text = (wd / "results/tiny/paper" / f).read_text()
+        assert r"\$" not in text  # LaTeX's text dollar needs TS1 fonts (bitmaps on Debian): see paper.py
+    assert tex_escape(TITLE) in (wd / "results/tiny/paper/numbers.tex").read_text()
+    if not tex:
+        pytest.skip("the figure and numbers.tex built; the PDF needs pdflatex and bibtex")
+
+
+def test_escaping_functions():
+    assert literal(r"$\foo$ in US$") == r"\$\foo\$ in US\$"
+    assert "$" not in tex_escape("US$").replace(r"\ensuremath{\mathdollar}", "")
+    assert tex_escape("<a|b>") == r"\textless{}a\textbar{}b\textgreater{}"
+
+
+def test_a_table_typesets_a_dollar_in_a_label_without_the_text_dollar(tmp_path, finished):
+    best = pd.read_csv(finished / BEST)
+    write_table(best, tmp_path / "b.csv")
+    write_table(pd.read_csv(finished / "results/tiny/tables/fig2_cells.csv"), tmp_path / "c.csv")
+    render_table("accuracy", tmp_path / "b.csv", tmp_path / "c.csv", {"attention": {"label": "Attn (US$ 5 <x>)"}},
+                 "final_accuracy", "tiny", tmp_path / "t.csv", tmp_path / "t.tex")
+    tex = (tmp_path / "t.tex").read_text()
+    assert r"Attn (US\ensuremath{\mathdollar} 5 \textless{}x\textgreater{})" in tex and r"\$" not in tex

@@ -1,0 +1,20 @@
+# results/fig1.pdf, results/table2.tex, results/paper.pdf, ...: the command users of this pipeline
+# type (`snakemake results/fig1.pdf`) builds that output of the config's scale
+# (results/{scale}/fig1.pdf) and links results/fig1.pdf to it. Scales keep their outputs apart; the
+# link follows the scale of the last command that asked for it (`--config scale=tiny` re-points
+# it), and every figure and the paper name their scale.
+
+rule current:
+    output:
+        "results/{name}",
+    input:
+        current_input,
+    params:
+        target=lambda wc: f"{GRID.scale_name}/{wc.name}",  # relative to results/
+    log:
+        f"{OUT}/logs/current/{{name}}.log",
+    wildcard_constraints:
+        name=r"(fig|table)[A-Za-z0-9_-]*\.(pdf|png|csv|tex)|paper\.pdf",
+    localrule: True
+    run:
+        make_link(params.target, output[0], log[0])
