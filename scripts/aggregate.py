@@ -14,7 +14,7 @@ if "snakemake" in globals():
             merge_cell_tables(sm.input.tables, sm.output[0])
         else:
             write_tables(sm.input.results, sm.output[0], sm.output.get("best"), sm.params.get("series"),
-                         sm.params.get("metric", "final_accuracy"))
+                         sm.params.get("metric", "final_accuracy"), sm.params.get("task_names"))
 elif __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cells", required=True)

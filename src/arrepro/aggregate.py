@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .files import read_csv, read_json
+from .cellfiles import read_result
+from .files import read_csv
 from .grid import task_seq_len
 
 TIE_TOL = 1e-9  # means closer than this are tied (ties at accuracy 1.0 are common on MQAR)
@@ -21,11 +22,14 @@ CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
 
 
-def load_results(paths: list[str | Path]) -> pd.DataFrame:
+def load_results(paths: list[str | Path], task_names: dict | None = None) -> pd.DataFrame:
+    """One row per result.json, each checked (``cellfiles.read_result``); ``task_names`` labels
+    task ids with this scale's names (a cell, shared by scales, does not carry one)."""
     rows = []
     for p in paths:
-        r = read_json(p)
+        r = read_result(p)
         cell = r.pop("cell")
+        r["task_name"] = (task_names or {}).get(r["task"], r["task"])
         r["seq_len"] = task_seq_len(cell["task_def"])
         r["cell_dir"] = str(Path(p).parent)
         rows.append(r)
@@ -67,8 +71,9 @@ def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy") -> pd.DataFra
     return best.sort_values(GROUP).reset_index(drop=True)
 
 
-def write_tables(result_paths, cells_csv, best_csv=None, series=None, metric="final_accuracy") -> None:
-    df = load_results(result_paths)
+def write_tables(result_paths, cells_csv, best_csv=None, series=None, metric="final_accuracy",
+                 task_names=None) -> None:
+    df = load_results(result_paths, task_names)
     if series is not None:
         df = assign_series(df, series)
     Path(cells_csv).parent.mkdir(parents=True, exist_ok=True)

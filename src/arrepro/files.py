@@ -32,11 +32,6 @@ def read_json(path) -> dict:
         return json.loads(Path(path).read_text())
 
 
-def read_jsonl(path) -> list[dict]:
-    with naming(path):
-        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
 def read_csv(path, **kwargs) -> pd.DataFrame:
     with naming(path):
         return pd.read_csv(path, **kwargs)

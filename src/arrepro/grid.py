@@ -87,18 +87,21 @@ DATA_SOURCES = ("src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src
 
 
 def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
-    """Source files (relative to the repository root) that shape a cell of this mixer. The
-    train rule records their code digest as a param (Snakemake does not track imported
-    modules), and a checkpoint is resumed only if their contents are unchanged. A mixer file that imports a
-    sibling mixer (``from .deltanet import ...``) depends on that file too."""
+    """Source files (relative to the repository root) that shape a cell of this mixer: the one
+    definition of a cell's code. The train rule records their code digest as a param (Snakemake
+    does not track imported modules) and a checkpoint records it in its fingerprint: a checkpoint
+    is resumed only if they are unchanged, so every code edit that makes Snakemake rerun a cell
+    also makes it start over. The rule's script (scripts/train_cell.py) is one of them. A mixer
+    file that imports a sibling mixer (``from .deltanet import ...``) depends on that file too."""
     return list(_train_sources(mixer, str(root)))
 
 
 @functools.lru_cache(maxsize=None)
 def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     pkg = "src/arrepro"
-    files = [f"{pkg}/train.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
-             f"{pkg}/models/registry.py", f"{pkg}/models/kernels.py"]
+    files = ["scripts/train_cell.py", f"{pkg}/trainjob.py", f"{pkg}/train.py", f"{pkg}/cellfiles.py",
+             f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py", f"{pkg}/models/registry.py",
+             f"{pkg}/models/kernels.py"]
     todo, seen = [mixer], []
     while todo:
         name = todo.pop()
@@ -363,7 +366,10 @@ class Grid:
         return {m: self.models[m] for m in names}
 
     def cell_spec(self, task: str, model: str, width, layers, recipe: str, lr, seed) -> dict:
-        """Everything a training run needs, resolved from the config (the rule's params).
+        """Everything a training run needs, resolved from the config (the rule's params), and
+        nothing else: a cell's identity (this param, and its checkpoint's fingerprint) is what
+        changes its result, so scales that define a task and a recipe alike share its cells
+        without retraining them (no scale name, no task name: labels come from the grid).
         Memoised: the rules ask for it several times per job, for thousands of jobs."""
         key = (task, model, str(width), str(layers), recipe, str(lr), str(seed))
         if key not in self._specs:
@@ -373,12 +379,11 @@ class Grid:
     def _cell_spec(self, task, model, width, layers, recipe, lr, seed) -> dict:
         t, r, m = self.tasks[task], self.recipes[recipe], self.models[model]
         return {
-            "task": task, "task_name": t["name"], "task_def": {k: v for k, v in t.items() if k != "name"},
+            "task": task, "task_def": {k: v for k, v in t.items() if k != "name"},
             "model": model, "model_def": m, "width": int(width), "layers": int(layers),
             "recipe": recipe, "recipe_def": {k: v for k, v in r.items() if k != "name"},
             "batch_size": self.batch_size(r, t), "lr": float(lr), "seed": int(seed),
-            "device": self.scale.get("device", "auto"), "scale": self.scale_name,
-            "precision": self.scale.get("precision", "fp32"),
+            "device": self.scale.get("device", "auto"), "precision": self.scale.get("precision", "fp32"),
         }
 
 

@@ -174,11 +174,12 @@ PLOTS = {"width": width_figure, "lr": lr_figure, "params": params_figure, "dynam
 def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, paths, **extra) -> None:
     if kind not in PLOTS:
         raise ValueError(f"unknown plot kind {kind!r}; known: {sorted(PLOTS)}")
-    from .files import read_csv, read_jsonl
+    from .cellfiles import read_metrics
+    from .files import read_csv
 
     best, cells = read_csv(best_csv), read_csv(cells_csv)
     if extra.get("published"):
         extra["published"] = read_csv(extra["published"])
     if kind == "dynamics":
-        extra["metrics"] = {d: pd.DataFrame(read_jsonl(f"{d}/metrics.jsonl")) for d in cells["cell_dir"].unique()}
+        extra["metrics"] = {d: pd.DataFrame(read_metrics(d)) for d in cells["cell_dir"].unique()}
     PLOTS[kind](best, cells, title, scale, paths, **extra)

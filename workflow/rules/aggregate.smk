@@ -1,6 +1,7 @@
 # Stage 3: tidy tables of finished cells and best-over-LR statistics.
 
-AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/files.py", "scripts/aggregate.py")
+AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/files.py", "src/arrepro/cellfiles.py",
+                      "scripts/aggregate.py")
 
 
 rule aggregate:
@@ -13,6 +14,7 @@ rule aggregate:
         code=AGGREGATE_CODE,
         series=lambda wc: GRID.series_of(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
+        task_names={tid: t["name"] for tid, t in GRID.tasks.items()},  # cells carry no scale's names
     log:
         f"{OUT}/logs/aggregate/{{exp}}.log",
     wildcard_constraints:

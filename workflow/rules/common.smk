@@ -2,9 +2,11 @@
 import functools
 import json
 import os
+import sys
 
 from snakemake.exceptions import WorkflowError
 
+from arrepro.cellfiles import CellBusy, start_over
 from arrepro.digest import source_digest
 from arrepro.grid import CELL_PATTERN, ConfigError, DATA_SOURCES, Grid, one_of, prepare_job_environment, train_sources
 
@@ -35,7 +37,7 @@ def code(*paths):
 @functools.lru_cache(maxsize=None)
 def train_code(mixer):
     """The code digest of a cell of this mixer (once per mixer, not per cell)."""
-    return code(*train_sources(mixer, ROOT), "scripts/train_cell.py")
+    return code(*train_sources(mixer, ROOT))
 
 
 def missing_cell_files():
@@ -61,6 +63,34 @@ def figure_inputs(wc):
     inputs = {"cells": f"{OUT}/tables/{wc.exp}_cells.csv", "best": f"{OUT}/tables/{wc.exp}_best.csv"}
     if "published" in exp:
         inputs["published"] = exp["published"]
-    if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics
+    if exp.get("plot") == "dynamics":  # per-epoch curves come from the cells' metrics (checked against their results)
         inputs["metrics"] = [f"{c.path}/metrics.jsonl" for c in GRID.experiment_cells(wc.exp)]
+        inputs["results"] = cell_results(GRID.experiment_cells(wc.exp))
     return inputs
+
+
+def start_forced_cells_over():
+    """A train job the user forced (--forcerun train, --forceall, -R/-f naming a cell) trains from
+    scratch: its checkpoint would otherwise be resumed (its fingerprint matches: same spec, data
+    and code), giving back the old numbers. The Snakefile's onstart calls this: in the submitting
+    process, once, before any job, never in a dry run nor inside a Slurm job (--no-hooks), so a
+    retry (a failed or preempted attempt, or a finished cell of a failed Slurm group job whose
+    outputs Snakemake deleted) still resumes. --rerun-incomplete forces the outputs of interrupted
+    jobs too: those resume."""
+    if workflow.touch:
+        return
+    dag = workflow.dag
+    removed = 0
+    for job in dag.needrun_jobs():
+        if job.rule.name != "train" or not dag.reason(job).forced:
+            continue
+        # --forcerun train, --forceall; else forced through its files: -R/-f, or --rerun-incomplete
+        asked = (job.rule in dag.forcerules and job not in dag.omitforce
+                 or not workflow.async_run(workflow.persistence.incomplete(job)))
+        if asked:
+            try:
+                removed += start_over(os.path.dirname(job.output.result), "forced by snakemake")
+            except CellBusy as err:
+                raise WorkflowError(f"stopping before any job: {err}")
+    if removed:
+        print(f"{removed} forced cell(s) start over: their checkpoints are removed", file=sys.stderr)

@@ -9,7 +9,7 @@ rule figure:
     input:
         unpack(figure_inputs),
     params:
-        code=code("src/arrepro/plots.py", "src/arrepro/files.py", "scripts/plot_figure.py"),
+        code=code("src/arrepro/plots.py", "src/arrepro/files.py", "src/arrepro/cellfiles.py", "scripts/plot_figure.py"),
         plot=lambda wc: GRID.experiments[wc.exp]["plot"],
         title=lambda wc: GRID.experiments[wc.exp].get("title", wc.exp),
         scale=GRID.scale_name,
