@@ -349,6 +349,16 @@ def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
             "grouped_gpu_hours_mps": grouped_mps / 60}
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type of --cells-per-gpu: the same rule as the config key (``cells_per_gpu_of``)."""
+    import argparse
+
+    try:
+        return cells_per_gpu_of({"cells_per_gpu": int(text)})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number >= 1") from None
+
+
 def _main(argv=None) -> None:  # pragma: no cover - a report for people
     import argparse
     from pathlib import Path
@@ -357,11 +367,12 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
 
     from .grid import Grid
 
-    ap = argparse.ArgumentParser(description="Print what a scale of config.yaml asks a cluster for.")
+    ap = argparse.ArgumentParser(prog="python -m arrepro.resources",
+                                 description="Print what a scale of config.yaml asks a cluster for.")
     ap.add_argument("scale", nargs="?", default="paper")
     ap.add_argument("--config", default=str(Path(__file__).resolve().parents[2] / "config.yaml"))
     ap.add_argument("--cells", action="store_true", help="one line per distinct cell shape")
-    ap.add_argument("--cells-per-gpu", type=int, default=4, metavar="N",
+    ap.add_argument("--cells-per-gpu", type=_at_least_one, default=4, metavar="N",
                     help="also plan N grouped cells sharing a GPU (the profile's CELLS_PER_GPU; default 4)")
     a = ap.parse_args(argv)
     grid = Grid(yaml.safe_load(Path(a.config).read_text()), a.scale)
