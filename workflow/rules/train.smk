@@ -15,7 +15,7 @@ rule train:
         test="results/data/{task}/test.npz",
     params:
         code=lambda wc: train_code(mixer_of(wc)),
-        cell=lambda wc: json.dumps(GRID.cell_spec(**wc)),
+        cell=lambda wc: json.dumps(GRID.cell_spec(**wc), sort_keys=True),  # the config's key order changes nothing
         out=CELL_PATTERN,
     # job.log is this attempt's output; train.log gathers every attempt's (a resumed cell's history
     # stays): the script writes both itself, and its errors to the job's stderr, which Snakemake
