@@ -19,6 +19,7 @@ import yaml
 
 from arrepro.grid import Grid
 from test_workflow import CODE_EDIT, SNAKEMAKE, TARGETS, copy_workflow, edit_config, planned, smk
+from test_workflow import done, wd  # noqa: F401 - fixtures: the finished tiny scale, a private copy
 
 TIMING = {"seconds", "train_seconds", "tokens_per_second", "sha256", "metrics_sha256"}
 
@@ -29,21 +30,6 @@ def untimed(rows):
 
 def metrics(cell: Path) -> list[dict]:
     return [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def done(tmp_path_factory):
-    """A copy of the workflow whose tiny scale has run to the end (figure and tables)."""
-    wd = copy_workflow(tmp_path_factory.mktemp("wf"))
-    smk(wd, "--cores", "2", *TARGETS, "--config", "scale=tiny")
-    return wd
-
-
-@pytest.fixture
-def wd(done, tmp_path):
-    dst = tmp_path / "wf"
-    shutil.copytree(done, dst, symlinks=True, copy_function=shutil.copy2)
-    return dst
 
 
 def cells(wd: Path) -> list[Path]:

@@ -13,24 +13,12 @@ from pathlib import Path
 import pytest
 
 from arrepro.cellfiles import BadCellFile, CellBusy, CellLock, read_metrics, read_result, start_over
-from arrepro.data import save_task
 from arrepro.train import CHECKPOINT, train_cell
+from test_resume import data, spec  # noqa: F401 - data is a fixture
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 256, "n_test": 64, "seed": 0}
-SPEC = {"task": "t", "task_def": TASK, "model": "attention",
-        "model_def": {"mixer": "attention", "position": "learned", "mlp": True, "mixer_kwargs": {"num_heads": 1}},
-        "width": 16, "layers": 1, "recipe": "r",
-        "recipe_def": {"epochs": 3, "batch_size": 32, "warmup_frac": 0.1, "schedule": "cosine", "weight_decay": 0.1},
-        "batch_size": 32, "lr": 3e-3, "seed": 0, "device": "cpu"}
-CELL = "results/cells/t/attention/w16-l1/r/lr0.003-s0"  # the folder the spec names
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("data")
-    save_task(TASK, d)
-    return d
+SPEC = spec()
+CELL = "results/cells/t/attention/w16-l2/r/lr0.003-s0"  # the folder the spec names
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +39,7 @@ def cell(finished, tmp_path):
 def test_a_cell_as_trained_reads_back(cell):
     r = read_result(cell / "result.json")
     rows = read_metrics(cell)
-    assert r["final_accuracy"] == rows[-1]["test_accuracy"] and len(rows) == 3
+    assert r["final_accuracy"] == rows[-1]["test_accuracy"] and len(rows) == SPEC["recipe_def"]["epochs"]
 
 
 def expect_bad(fn, path: Path, why: str, checkpoint: bool = True):

@@ -1,8 +1,8 @@
 """Values that pass the schema but no job could run (issue 18): a mixer argument its constructor
 refuses (``num_heads: 0``, a width ``num_heads`` does not divide) or a model no machine can hold
-(width 1e9: 192 EB) is refused before any job, naming the key. The requirements are declared once,
-next to each mixer (``REQUIRES``, arrepro.constraints), read by the grid with ast and checked by
-the constructor too."""
+(width 1e9: 192 EB) is refused before any job, naming the key (the workflow's dry runs:
+tests/test_hostile_config.py). The requirements are declared once, next to each mixer
+(``REQUIRES``, arrepro.constraints), read by the grid with ast and checked by the constructor too."""
 import copy
 import re
 
@@ -10,23 +10,8 @@ import pytest
 
 from arrepro.constraints import names_in
 from arrepro.grid import BACKBONE_ARGS, ConfigError, Grid, _mixer_names, mixer_signature
-from test_hostile_config import fig2, refused
-from test_workflow import ROOT, copy_workflow, edit_config, smk
-
-
-@pytest.mark.parametrize("edit, keys", [
-    (lambda c: c["models"]["attention"]["mixer_kwargs"].update(num_heads=0),
-     ["models.attention.mixer_kwargs: num_heads must be a whole number >= 1 (num_heads=0)"]),
-    (lambda c: c["models"]["attention"]["mixer_kwargs"].update(num_heads=3),
-     ["scales.tiny.experiments.fig2.grids[0].widths: model 'attention' at width 8: the width must be a multiple "
-      "of num_heads (d_model=8, num_heads=3)"]),
-    (lambda c: fig2(c)["grids"][0].update(widths=[10 ** 9]),
-     ["scales.tiny.experiments.fig2.grids[0].widths: model 'attention' at width 1000000000", "192 EB"]),
-])
-def test_a_model_no_job_could_build_stops_before_any_job_naming_the_key(tmp_path, edit, keys):
-    wd = copy_workflow(tmp_path)
-    edit_config(wd, edit)
-    refused(wd, smk(wd, "-n", "--config", "scale=tiny", check=False), *keys)
+from test_hostile_config import fig2
+from test_workflow import ROOT
 
 
 def test_an_inherited_requirement_is_checked(config):

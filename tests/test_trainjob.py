@@ -11,24 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from arrepro.data import save_task
 from arrepro.train import train_cell
+from test_resume import data, spec  # noqa: F401 - data is a fixture
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 256, "n_test": 64, "seed": 0}
-SPEC = {"task": "t", "task_def": TASK, "model": "attention",
-        "model_def": {"mixer": "attention", "position": "learned", "mlp": True, "mixer_kwargs": {"num_heads": 1}},
-        "width": 16, "layers": 1, "recipe": "r",
-        "recipe_def": {"epochs": 1, "batch_size": 32, "warmup_frac": 0.1, "schedule": "cosine", "weight_decay": 0.1},
-        "batch_size": 32, "lr": 3e-3, "seed": 0, "device": "cpu"}
+SPEC = spec(recipe_def={**spec()["recipe_def"], "epochs": 1})
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("data")
-    save_task(TASK, d)
-    return d
 
 
 def script(cell_json: str, data, out, env=ENV, **kw):
