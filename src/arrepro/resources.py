@@ -34,6 +34,9 @@ sends at the time limit), and the retry resumes with twice the time.
 
 Memory (host RAM, MB): the task's int64 arrays twice (numpy load + torch copy) plus a fixed
 base (6 GB with CUDA, 1.5 GB on CPU); on CPU also parameters with AdamW state and activations.
+A cell that no machine can hold (``memory_problem``: host memory above ``MAX_MEM_MB``, or on a GPU
+its parameters and AdamW state alone above ``MAX_DEVICE_MEM_MB``) makes the config refused before
+any job (``Grid``), instead of a dry run requesting 192 EB.
 
 Groups: a cell requesting at most ``GROUP_TIERS[-1].max_minutes`` minutes joins the job group
 of its tier; Snakemake bundles that many components of a tier into one Slurm job (the
