@@ -48,9 +48,10 @@ def edit_config(wd: Path, fn) -> None:
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def done(tmp_path_factory):
-    """A copy of the workflow whose tiny scale has run to the end."""
+    """A copy of the workflow whose tiny scale has run to the end (one for the session: tests
+    that change it work on a copy, ``wd``)."""
     wd = copy_workflow(tmp_path_factory.mktemp("wf"))
     smk(wd, "--cores", "2", *TARGETS, "--config", "scale=tiny")
     assert planned(wd) == {}
