@@ -48,10 +48,9 @@ def edit_config(wd: Path, fn) -> None:
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    """A copy of the workflow whose tiny scale has run to the end (one for the session: tests
-    that change it work on a copy, ``wd``)."""
+    """A copy of the workflow whose tiny scale has run to the end."""
     wd = copy_workflow(tmp_path_factory.mktemp("wf"))
     smk(wd, "--cores", "2", *TARGETS, "--config", "scale=tiny")
     assert planned(wd) == {}
