@@ -10,4 +10,5 @@ if "snakemake" in globals():
         if "tables" in sm.input.keys():  # rule cells_table: every cell once, from the experiments' tables
             merge_cell_tables(sm.input.tables, sm.output[0])
         else:
-            write_tables(sm.input.plans, sm.params.series, sm.params.metric, sm.output.cells, sm.output.best)
+            write_tables(sm.input.plans, sm.params.series, sm.params.metric, sm.output.cells, sm.output.best,
+                         sm.params.task_names)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from arrepro.cellfiles import metrics_text, seal
 from arrepro.grid import Grid
 
 from test_workflow import copy_workflow
@@ -23,17 +24,17 @@ def fabricate_cell(spec: dict, path, rng, epochs: int = 3) -> None:
     rows = [{"epoch": e + 1, "step": 10 * (e + 1), "lr": spec["lr"], "train_loss": float(rng.uniform(0.1, 4)),
              "test_loss": float(rng.uniform(0.1, 4)), "test_accuracy": float(rng.uniform(0, 1)),
              "test_exact_match": float(rng.uniform(0, 1)), "seconds": float(e + 1)} for e in range(epochs)]
-    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "metrics.jsonl").write_text(metrics_text(rows))
     last = rows[-1]
     result = {
-        **{k: spec[k] for k in ("task", "model", "width", "layers", "recipe", "lr", "seed", "batch_size", "scale")},
-        "task_name": spec["task_name"], "mixer": spec["model_def"]["mixer"],
+        **{k: spec[k] for k in ("task", "model", "width", "layers", "recipe", "lr", "seed", "batch_size")},
+        "mixer": spec["model_def"]["mixer"],
         "final_accuracy": last["test_accuracy"], "best_accuracy": max(r["test_accuracy"] for r in rows),
         "final_exact_match": last["test_exact_match"], "final_test_loss": last["test_loss"],
         "diverged": False, "parameters": 100 * spec["width"] ** 2 * spec["layers"], "epochs_run": epochs,
         "steps": last["step"], "train_seconds": 1.0, "tokens_per_second": 1.0, "device": "cpu", "cell": spec,
     }
-    (path / "result.json").write_text(json.dumps(result))
+    (path / "result.json").write_text(json.dumps(seal(result, metrics_text(rows))))
 
 
 @pytest.mark.slow

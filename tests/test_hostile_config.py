@@ -105,6 +105,14 @@ def test_a_name_that_is_not_a_plain_folder_name_is_refused(tmp_path, make, name,
      ["scales.tiny.recipes.tiny.batch_size", "256 training examples"]),
     (lambda c: c["scales"]["tiny"]["recipes"]["tiny"].update(batch_size={8: 64}),
      ["scales.tiny.recipes.tiny.batch_size", "sequence length 16"]),
+    # models no job could build (each mixer's REQUIRES; tests/test_model_sizes.py) or hold
+    (lambda c: c["models"]["attention"]["mixer_kwargs"].update(num_heads=0),
+     ["models.attention.mixer_kwargs: num_heads must be a whole number >= 1 (num_heads=0)"]),
+    (lambda c: c["models"]["attention"]["mixer_kwargs"].update(num_heads=3),
+     ["scales.tiny.experiments.fig2.grids[0].widths: model 'attention' at width 8: the width must be a multiple "
+      "of num_heads (d_model=8, num_heads=3)"]),
+    (lambda c: fig2(c)["grids"][0].update(widths=[10 ** 9]),
+     ["scales.tiny.experiments.fig2.grids[0].widths: model 'attention' at width 1000000000", "192 EB"]),
 ])
 def test_an_impossible_value_stops_before_any_job_naming_the_key(tmp_path, edit, keys):
     wd = copy_workflow(tmp_path)

@@ -107,7 +107,7 @@ def test_a_full_disk_is_named_and_leaves_no_tmp_file(data, tmp_path, monkeypatch
     with pytest.raises(Exception) as err:
         train_cell(spec(), data, tmp_path, log=lambda s: None)
     assert f"no space left on {tmp_path / 'metrics.jsonl'}" in str(err.value)
-    assert sorted(f.name for f in tmp_path.iterdir()) == []
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["train.lock"]  # the empty lock file only
 
 
 def test_device_cuda_without_cuda_is_an_error(data, tmp_path, monkeypatch):
@@ -116,14 +116,14 @@ def test_device_cuda_without_cuda_is_an_error(data, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(Exception) as err:  # TrainError
         train_cell(spec(device="cuda"), data, tmp_path, log=lambda s: None)
-    assert "scales.test.device: cuda, but torch" in str(err.value) and "sees no CUDA device" in str(err.value)
+    assert "device (the scale's, in config.yaml): cuda, but torch" in str(err.value) and "sees no CUDA device" in str(err.value)
     assert not (tmp_path / "result.json").exists()
 
 
 def test_bf16_is_refused_on_the_cpu_naming_the_key(data, tmp_path):
     with pytest.raises(Exception) as err:  # TrainError
         train_cell(spec(precision="bf16"), data, tmp_path, log=lambda s: None)
-    assert "scales.test.precision: bf16 runs only on CUDA" in str(err.value)
+    assert "precision (the scale's, in config.yaml): bf16 runs only on CUDA" in str(err.value)
     assert not (tmp_path / "result.json").exists()
 
 
@@ -217,7 +217,7 @@ def test_schedule_step_epoch_holds_the_lr_for_each_epoch_in_training(data, tmp_p
     lrs = [row["lr"] for row in read_metrics(tmp_path)]  # the LR of each epoch's last step
     assert lrs == [lr_at(e * spe, 4 * spe, 3e-3, 0.1, "cosine", spe) for e in range(4)]
     assert lrs != [lr_at((e + 1) * spe - 1, 4 * spe, 3e-3, 0.1, "cosine") for e in range(4)]  # not per step
-    with pytest.raises(Exception, match="schedule_step 'batch' is not one of step, epoch"):
+    with pytest.raises(Exception, match="recipe_def.schedule_step is 'batch'; it must be one of step, epoch"):
         train_cell(spec(recipe_def={**recipe, "schedule_step": "batch"}), data, tmp_path / "bad", log=lambda s: None)
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import search as S
-from .files import read_json, read_table, write_table
+from .cellfiles import read_result
+from .files import read_table, write_table
 from .grid import task_seq_len
 
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
@@ -28,11 +29,14 @@ BEST_NOT_NULL = GROUP + ["metric", "best_lr", "n_seeds", "n_diverged", "n_tied_l
                          "outcome", "window_status"]
 
 
-def load_results(paths: list[str | Path]) -> pd.DataFrame:
+def load_results(paths: list[str | Path], task_names: dict | None = None) -> pd.DataFrame:
+    """One row per result.json, each checked (``cellfiles.read_result``); ``task_names`` labels
+    task ids with this scale's names (a cell, shared by scales, does not carry one)."""
     rows = []
     for p in paths:
-        r = read_json(p)
+        r = read_result(p)
         cell = r.pop("cell")
+        r["task_name"] = (task_names or {}).get(r["task"], r["task"])
         r["seq_len"] = task_seq_len(cell["task_def"])
         r["cell_dir"] = str(Path(p).parent)
         rows.append(r)
@@ -83,11 +87,11 @@ def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: floa
     return pd.DataFrame(rows).sort_values(GROUP).reset_index(drop=True)
 
 
-def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_csv) -> None:
+def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_csv, task_names: dict | None = None) -> None:
     """An experiment's cells table (every cell of its searches, one row per series it is in) and
     best table (one row per series and search: the search's chosen learning rate). ``series``:
     [{"series": name, "searches": [search key, ...]}]; ``plan_paths``: the last plans of the
-    searches' groups (arrepro.rounds)."""
+    searches' groups (arrepro.rounds); ``task_names``: task id -> this scale's name."""
     from .rounds import Setting, plan_rounds, read_plan
     from .search import cells_of
 
@@ -107,7 +111,7 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             paths = [f"{setting.cell(lr, seed).path}/result.json" for lr, seed in cells_of(rounds[key])]
             missing = [p for p in paths if p not in results]
             if missing:
-                df = load_results(missing)
+                df = load_results(missing, task_names)
                 results.update({f"{d}/result.json": r for d, r in zip(df["cell_dir"], df.to_dict("records"))})
             g = pd.DataFrame([results[p] for p in paths]).assign(series=s["series"], search=key)
             cell_parts.append(g)

@@ -32,11 +32,6 @@ def read_json(path) -> dict:
         return json.loads(Path(path).read_text())
 
 
-def read_jsonl(path) -> list[dict]:
-    with naming(path):
-        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
 def read_csv(path, **kwargs):
     import pandas as pd  # (the search's round jobs import this module and need no pandas)
 
@@ -51,7 +46,7 @@ def checksum_path(path) -> Path:
     return Path(f"{path}.sha256")
 
 
-def write_table(df: pd.DataFrame, path) -> None:
+def write_table(df, path) -> None:
     """Write ``df`` as CSV at ``path`` atomically, and its SHA-256 beside it: a reader (and the
     workflow at start-up) can tell the table its writer wrote from a truncated or edited one."""
     path = Path(path)
@@ -76,7 +71,7 @@ def table_problem(path) -> str | None:
     return None
 
 
-def read_table(path, required=(), not_null=()) -> pd.DataFrame:
+def read_table(path, required=(), not_null=()):
     """A derived table, checked: its checksum where one is beside it (a table without one, made
     by hand, is read as it is), the ``required`` columns present and the ``not_null`` ones
     without a missing value. Any failure is an UnreadableFile naming the file."""

@@ -101,18 +101,21 @@ DATA_SOURCES = ("src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src
 
 
 def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
-    """Source files (relative to the repository root) that shape a cell of this mixer. The
-    train rule records their code digest as a param (Snakemake does not track imported
-    modules), and a checkpoint is resumed only if their contents are unchanged. A mixer file that imports a
-    sibling mixer (``from .deltanet import ...``) depends on that file too."""
+    """Source files (relative to the repository root) that shape a cell of this mixer: the one
+    definition of a cell's code. The train rule records their code digest as a param (Snakemake
+    does not track imported modules) and a checkpoint records it in its fingerprint: a checkpoint
+    is resumed only if they are unchanged, so every code edit that makes Snakemake rerun a cell
+    also makes it start over. The rule's script (scripts/train_cell.py) is one of them. A mixer
+    file that imports a sibling mixer (``from .deltanet import ...``) depends on that file too."""
     return list(_train_sources(mixer, str(root)))
 
 
 @functools.lru_cache(maxsize=None)
 def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     pkg = "src/arrepro"
-    files = [f"{pkg}/train.py", f"{pkg}/numerics.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py",
-             f"{pkg}/models/registry.py", f"{pkg}/models/kernels.py"]
+    files = ["scripts/train_cell.py", f"{pkg}/trainjob.py", f"{pkg}/train.py", f"{pkg}/numerics.py", f"{pkg}/cellfiles.py",
+             f"{pkg}/constraints.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py", f"{pkg}/models/registry.py",
+             f"{pkg}/models/kernels.py"]
     todo, seen = [mixer], []
     while todo:
         name = todo.pop()
@@ -157,42 +160,68 @@ def _seq_len(task_json: str) -> int:
     return int(task_spec(json.loads(task_json)).seq_len)
 
 
-@functools.lru_cache(maxsize=None)
+NO_DEFAULT = object()  # a constructor argument without a literal default
+
+
 def mixer_arguments(mixer: str, root: str) -> frozenset[str] | None:
     """The keyword arguments a mixer's constructor accepts beyond ``d_model`` and ``max_len``,
     read from the syntax tree of its file (no torch import): the ``__init__`` of the class
     registered as ``mixer``; a ``**kwargs`` handed to a base class imported from a sibling mixer
     file adds that class's. None where that cannot be told (any keyword then passes)."""
+    sig = mixer_signature(mixer, root)
+    return None if sig is None else frozenset(sig[0])
+
+
+@functools.lru_cache(maxsize=None)
+def mixer_signature(mixer: str, root: str) -> tuple[dict, tuple] | None:
+    """(each keyword argument of the mixer's constructor -> its default, ``NO_DEFAULT`` where it
+    has none or it is not a literal; the requirements its file declares, ``REQUIRES``: see
+    arrepro.constraints), following a ``**kwargs`` base class in a sibling mixer file as
+    ``mixer_arguments`` does. Read with ``ast``; None where that cannot be told."""
     mixers = Path(root) / "src" / "arrepro" / "models" / "mixers"
 
     def registered(cls: ast.ClassDef) -> bool:
         return any(isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)
                    and d.args[0].value == mixer for d in cls.decorator_list)
 
-    def arguments(file: Path, pick) -> frozenset[str] | None:
+    def literal(node) -> object:
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return NO_DEFAULT
+
+    def signature(file: Path, pick) -> tuple[dict, tuple] | None:
         if not file.exists():
             return None
         tree = ast.parse(file.read_text())
+        requires = next((literal(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                         and any(isinstance(t, ast.Name) and t.id == "REQUIRES" for t in n.targets)), ())
         cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and pick(n)), None)
         if cls is None:
             return None
         init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-        names: set[str] = set()
+        args: dict = {}
         if init is not None:
             a = init.args
-            names = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} - BACKBONE_ARGS
+            positional = a.posonlyargs + a.args
+            defaults = [NO_DEFAULT] * (len(positional) - len(a.defaults)) + [literal(d) for d in a.defaults]
+            kw_defaults = [NO_DEFAULT if d is None else literal(d) for d in a.kw_defaults]
+            args = {x.arg: d for x, d in zip(positional + a.kwonlyargs, defaults + kw_defaults)
+                    if x.arg not in BACKBONE_ARGS}
             if a.kwarg is None:
-                return frozenset(names)
+                return args, requires
         # no __init__, or **kwargs: what the base class takes, if it is a sibling mixer's class
         siblings = {alias.asname or alias.name: (n.module, alias.name) for n in tree.body
                     if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module for alias in n.names}
         base = next((siblings[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in siblings), None)
         if base is None:
             return None
-        inherited = arguments(mixers / f"{base[0]}.py", lambda n: n.name == base[1])
-        return None if inherited is None else frozenset(names | inherited)
+        inherited = signature(mixers / f"{base[0]}.py", lambda n: n.name == base[1])
+        if inherited is None:
+            return None
+        return {**inherited[0], **args}, tuple(inherited[1]) + tuple(requires)
 
-    return arguments(mixers / f"{mixer}.py", registered)
+    return signature(mixers / f"{mixer}.py", registered)
 
 
 def short_hash(obj) -> str:
@@ -310,7 +339,43 @@ class Grid:
                     if bs > task["n_train"]:
                         raise ConfigError(f"{base}.recipes.{g['recipe']}.batch_size: {bs} exceeds the {task['n_train']} "
                                           f"training examples of task {t} ({where})")
+        self._check_models(root if on_disk is not None else None)
         self._check_paths()
+
+    def _check_models(self, root: str | None) -> None:
+        """Each model of each grid at each of its widths, depths and tasks: the requirements its
+        mixer declares (``REQUIRES``, read with ast: arrepro.constraints), e.g. ``num_heads >= 1``
+        and a width that ``num_heads`` divides, and a size some machine can hold
+        (``resources.memory_problem``). Refused here, naming the key, not inside a job."""
+        from .constraints import names_in, unmet
+        from .resources import memory_problem  # here: resources imports this module
+
+        base = f"scales.{self.scale_name}"
+        seen = set()
+        for exp, e in self.experiments.items():
+            for i, g in enumerate(e["grids"]):
+                where = f"{base}.experiments.{exp}.grids[{i}]"
+                for t, m, w, nl in itertools.product(g["tasks"], g["models"], g["widths"], g["layers"]):
+                    if (t, m, w, nl, g["recipe"]) in seen:
+                        continue
+                    seen.add((t, m, w, nl, g["recipe"]))
+                    model = self.models[m]
+                    kwargs = model.get("mixer_kwargs", {})
+                    sig = mixer_signature(model["mixer"], root) if root is not None else None
+                    if sig is not None:
+                        values = {k: v for k, v in sig[0].items() if v is not NO_DEFAULT}
+                        values.update(kwargs, d_model=w, max_len=task_seq_len(self.scale["tasks"][t]))
+                        problem = unmet(sig[1], values)
+                        if problem and not {"d_model", "max_len"} & set(names_in(problem[0])):
+                            raise ConfigError(f"models.{m}.mixer_kwargs: {problem[1]}")
+                        if problem:
+                            raise ConfigError(f"{where}.widths: model {m!r} at width {w}: {problem[1]} "
+                                              f"(models.{m}.mixer_kwargs: {kwargs})")
+                    spec = self._cell_spec(self.task_names[t], m, w, nl, self.recipe_names[g["recipe"]],
+                                           self.lrs(g)[0], 0)
+                    problem = memory_problem(spec)
+                    if problem:
+                        raise ConfigError(f"{where}.widths: model {m!r} at width {w}, {nl} layer(s): {problem}")
 
     def _check_paths(self) -> None:
         """Every path built from config names stays under results/ (check_path): the data and
@@ -407,7 +472,10 @@ class Grid:
         return {m: self.models[m] for m in names}
 
     def cell_spec(self, task: str, model: str, width, layers, recipe: str, lr, seed) -> dict:
-        """Everything a training run needs, resolved from the config (the rule's params).
+        """Everything a training run needs, resolved from the config (the rule's params), and
+        nothing else: a cell's identity (this param, and its checkpoint's fingerprint) is what
+        changes its result, so scales that define a task and a recipe alike share its cells
+        without retraining them (no scale name, no task name: labels come from the grid).
         Memoised: the rules ask for it several times per job, for thousands of jobs."""
         key = (task, model, str(width), str(layers), recipe, str(lr), str(seed))
         if key not in self._specs:
@@ -417,12 +485,11 @@ class Grid:
     def _cell_spec(self, task, model, width, layers, recipe, lr, seed) -> dict:
         t, r, m = self.tasks[task], self.recipes[recipe], self.models[model]
         return {
-            "task": task, "task_name": t["name"], "task_def": {k: v for k, v in t.items() if k != "name"},
+            "task": task, "task_def": {k: v for k, v in t.items() if k != "name"},
             "model": model, "model_def": m, "width": int(width), "layers": int(layers),
             "recipe": recipe, "recipe_def": {k: v for k, v in r.items() if k != "name"},
             "batch_size": self.batch_size(r, t), "lr": float(lr), "seed": int(seed),
-            "device": self.scale.get("device", "auto"), "scale": self.scale_name,
-            "precision": self.scale.get("precision", "fp32"),
+            "device": self.scale.get("device", "auto"), "precision": self.scale.get("precision", "fp32"),
         }
 
 

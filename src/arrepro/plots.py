@@ -190,7 +190,8 @@ def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, pat
     if kind not in PLOTS:
         raise ValueError(f"unknown plot kind {kind!r}; known: {sorted(PLOTS)}")
     from .aggregate import read_best_table, read_cells_table
-    from .files import read_csv, read_jsonl
+    from .cellfiles import read_metrics
+    from .files import read_csv
 
     best, cells = read_best_table(best_csv), read_cells_table(cells_csv)
     # config text (a title, a series' name) is drawn as written: a '$' does not start mathtext
@@ -200,5 +201,5 @@ def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, pat
     if extra.get("published"):
         extra["published"] = read_csv(extra["published"])
     if kind == "dynamics":
-        extra["metrics"] = {d: pd.DataFrame(read_jsonl(f"{d}/metrics.jsonl")) for d in cells["cell_dir"].unique()}
+        extra["metrics"] = {d: pd.DataFrame(read_metrics(d)) for d in cells["cell_dir"].unique()}
     PLOTS[kind](best, cells, title, scale, paths, **extra)

@@ -34,6 +34,9 @@ sends at the time limit), and the retry resumes with twice the time.
 
 Memory (host RAM, MB): the task's int64 arrays twice (numpy load + torch copy) plus a fixed
 base (6 GB with CUDA, 1.5 GB on CPU); on CPU also parameters with AdamW state and activations.
+A cell that no machine can hold (``memory_problem``: host memory above ``MAX_MEM_MB``, or on a GPU
+its parameters and AdamW state alone above ``MAX_DEVICE_MEM_MB``) makes the config refused before
+any job (``Grid``), instead of a dry run requesting 192 EB.
 
 Groups: a cell requesting at most ``GROUP_TIERS[-1].max_minutes`` minutes joins the job group
 of its tier; Snakemake bundles that many components of a tier into one Slurm job (the
@@ -94,6 +97,10 @@ from .grid import CELL_PATTERN, task_seq_len
 
 # ------------------------------------------------------------------------------ constants
 MAX_RUNTIME_MIN = 24 * 60  # a retry never asks for more than this; raise it if your partition allows
+# a cell needing more than these cannot run anywhere this workflow targets; the config is refused
+# before any job (Grid checks every setting): raise them if your nodes have more
+MAX_MEM_MB = 2 * 1024 * 1024  # host memory of the largest node (2 TiB)
+MAX_DEVICE_MEM_MB = 192 * 1024  # memory of the largest GPU (192 GiB)
 GROUP_TARGET_MIN = 240  # about this much requested time per grouped Slurm job
 # a shared cell's slowdown beyond the arithmetic its neighbours take (GPU context switches, memory
 # bandwidth): an estimate, not a measurement
@@ -205,6 +212,13 @@ def runtime_min(spec: dict, attempt: int = 1, cells_per_gpu: int = 1) -> int:
     return int(min(MAX_RUNTIME_MIN, base * 2 ** (max(1, int(attempt)) - 1)))
 
 
+def parameters(spec: dict) -> int:
+    """The model's parameter count, estimated (mixer and MLP weights, embeddings, positions)."""
+    T, _, _, V, _ = _task_shape(spec)
+    d, n = int(spec["width"]), int(spec["layers"])
+    return 12 * d * d * n + V * d + T * d
+
+
 def mem_mb(spec: dict) -> int:
     """Host memory to request (MB), rounded up to a whole GB."""
     dev = _device(spec)
@@ -213,9 +227,30 @@ def mem_mb(spec: dict) -> int:
     total = dev.base_mem_mb + data
     if dev is DEVICES["cpu"]:
         d, n, bs = int(spec["width"]), int(spec["layers"]), int(spec["batch_size"])
-        params = 12 * d * d * n + V * d + T * d
-        total += params * 16 / 1e6 + bs * T * d * n * 40 * 4 / 1e6
+        total += parameters(spec) * 16 / 1e6 + bs * T * d * n * 40 * 4 / 1e6
     return int(1024 * math.ceil(total / 1024))
+
+
+def _size(mb: float) -> str:
+    for unit, scale in (("EB", 1e12), ("PB", 1e9), ("TB", 1e6), ("GB", 1e3)):
+        if mb >= scale:
+            return f"{mb / scale:,.0f} {unit}"
+    return f"{mb:,.0f} MB"
+
+
+def memory_problem(spec: dict) -> str | None:
+    """Why no machine can train this cell (None if one can): its host memory estimate above
+    MAX_MEM_MB, or, on a GPU (device cuda or auto), its weights, gradients and AdamW state alone
+    (16 bytes a parameter, a lower bound) above MAX_DEVICE_MEM_MB."""
+    host = mem_mb(spec)
+    if host > MAX_MEM_MB:
+        return (f"needs ~{_size(host)} of memory ({parameters(spec):.3g} parameters), more than any node has "
+                f"(arrepro.resources.MAX_MEM_MB: {_size(MAX_MEM_MB)})")
+    state = parameters(spec) * 16 / 1e6
+    if spec.get("device", "auto") != "cpu" and state > MAX_DEVICE_MEM_MB:
+        return (f"its {parameters(spec):.3g} parameters and their AdamW state alone need ~{_size(state)} of GPU "
+                f"memory, more than any GPU has (arrepro.resources.MAX_DEVICE_MEM_MB: {_size(MAX_DEVICE_MEM_MB)})")
+    return None
 
 
 def gpus(spec: dict, cells_per_gpu: int = 1) -> int:
@@ -404,6 +439,16 @@ def searches_cells_round0(search) -> list:
     return search_cells(search, [start_round(search)])
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type of --cells-per-gpu: the same rule as the config key (``cells_per_gpu_of``)."""
+    import argparse
+
+    try:
+        return cells_per_gpu_of({"cells_per_gpu": int(text)})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number >= 1") from None
+
+
 def _main(argv=None) -> None:  # pragma: no cover - a report for people
     import argparse
     import json
@@ -413,7 +458,8 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
 
     from .grid import Grid
 
-    ap = argparse.ArgumentParser(description="Print what a scale of config.yaml asks a cluster for: the learning-rate "
+    ap = argparse.ArgumentParser(prog="python -m arrepro.resources",
+                                 description="Print what a scale of config.yaml asks a cluster for: the learning-rate "
                                              "protocol's cells and GPU-hours (round 0, and the most its round budgets "
                                              "allow), and the fixed grid's for comparison.")
     ap.add_argument("scale", nargs="?", default="paper")
@@ -421,7 +467,7 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
     ap.add_argument("--protocol", choices=("search", "grid"), help="override the config's lr_protocol")
     ap.add_argument("--cells", action="store_true", help="one line per distinct cell shape")
     ap.add_argument("--json", action="store_true", help="the protocol's plan as one JSON object (1 cell per GPU)")
-    ap.add_argument("--cells-per-gpu", type=int, default=4, metavar="N",
+    ap.add_argument("--cells-per-gpu", type=_at_least_one, default=4, metavar="N",
                     help="also plan N grouped cells sharing a GPU (the profile's CELLS_PER_GPU; default 4)")
     a = ap.parse_args(argv)
     grid = Grid(yaml.safe_load(Path(a.config).read_text()), a.scale)

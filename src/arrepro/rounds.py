@@ -257,11 +257,12 @@ def round_cells(searches: Searches, group: str, plan: dict | None) -> list[Cell]
 
 
 def read_accuracy(result_path, metric: str) -> float | None:
-    """A finished cell's number for the search: ``metric`` from its result.json; None if it
+    """A finished cell's number for the search: ``metric`` from its result.json (checked against
+    its seal and its metrics.jsonl: a decision never rests on an edited result); None if it
     diverged or the number is not finite (a result, not an error)."""
-    from .files import read_json
+    from .cellfiles import read_result
 
-    r = read_json(result_path)
+    r = read_result(result_path)
     if metric not in r:
         raise ValueError(f"{result_path}: no {metric!r} in the result")
     v = r[metric]

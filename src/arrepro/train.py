@@ -13,8 +13,11 @@ garbled or truncated one is reported and the cell starts over. It is used only i
 matches: the cell spec, the bytes of the task's data files, and the code (comments and docstrings
 aside) that trains the cell and that generated its data; so new data, an edited model or
 ``--forcerun`` never resume a stale run.
-``result.json`` is written last, atomically: its presence means the cell is finished. A write
-that fails (a full disk: "no space left on <path>") leaves no ``.tmp`` file behind.
+``result.json`` is written last, atomically: its presence means the cell is finished; it carries
+the checksums of itself and of ``metrics.jsonl`` (``arrepro.cellfiles``, which reads them back). A
+write that fails (a full disk: "no space left on <path>") leaves no ``.tmp`` file behind.
+One process at a time trains a cell (``cellfiles.CellLock``); the spec is checked before anything
+is read (``check_spec``: ``epochs: 0`` would otherwise write a finished result of accuracy 0).
 A diverging run (non-finite loss) stops and is recorded as diverged; it is a result, not a crash.
 """
 from __future__ import annotations
@@ -35,12 +38,11 @@ import numpy as np
 import torch
 
 from . import numerics
+from .cellfiles import CHECKPOINT, METRICS, RESULT, CellBusy, CellLock, metrics_text, seal
 from .digest import file_digest, source_digest
 from .grid import DATA_SOURCES, train_sources
 from .models import LanguageModel
-from .models.kernels import describe_paths, paths_used
-
-CHECKPOINT = "checkpoint.pt"
+from .models.kernels import describe_paths, kernels_enabled, paths_used
 
 
 class Preempted(SystemExit):
@@ -53,6 +55,69 @@ class TrainError(RuntimeError):
 
 
 SCHEDULE_STEPS = ("step", "epoch")
+SCHEDULES = ("cosine", "linear", "constant")
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _count(lo: int):
+    return lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= lo
+
+
+# What a cell spec must hold for the trainer to run it (the workflow's spec passes the config
+# schema first; a spec given by hand to scripts/train_cell.py passes only here): key, required,
+# check, what the value must be.
+SPEC_RULES = (
+    ("task", True, lambda x: isinstance(x, str) and x != "", "a name"),
+    ("model", True, lambda x: isinstance(x, str) and x != "", "a name"),
+    ("recipe", True, lambda x: isinstance(x, str) and x != "", "a name"),
+    ("model_def", True, lambda x: isinstance(x, dict), "an object"),
+    ("model_def.mixer", True, lambda x: isinstance(x, str) and x != "", "a mixer's name"),
+    ("model_def.mixer_kwargs", False, lambda x: isinstance(x, dict), "an object"),
+    ("recipe_def", True, lambda x: isinstance(x, dict), "an object"),
+    ("width", True, _count(1), "a whole number >= 1"),
+    ("layers", True, _count(1), "a whole number >= 1"),
+    ("batch_size", True, _count(1), "a whole number >= 1"),
+    ("seed", True, _count(0), "a whole number >= 0"),
+    ("lr", True, lambda x: _number(x) and x > 0, "a finite number > 0"),
+    ("recipe_def.epochs", True, _count(1), "a whole number >= 1"),
+    ("recipe_def.warmup_frac", True, lambda x: _number(x) and 0 <= x <= 1, "a number in [0, 1]"),
+    ("recipe_def.weight_decay", True, lambda x: _number(x) and x >= 0, "a finite number >= 0"),
+    ("recipe_def.schedule", True, lambda x: x in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
+    ("recipe_def.schedule_step", False, lambda x: x in SCHEDULE_STEPS, f"one of {', '.join(SCHEDULE_STEPS)}"),
+    ("recipe_def.embed_dropout", False, lambda x: _number(x) and 0 <= x < 1, "a number in [0, 1)"),
+    ("recipe_def.grad_clip", False, lambda x: x is None or (_number(x) and x > 0), "null or a number > 0"),
+    ("recipe_def.early_stop_accuracy", False, lambda x: x is None or (_number(x) and 0 <= x <= 1),
+     "null or a number in [0, 1]"),
+    ("recipe_def.betas", False, lambda x: isinstance(x, list) and len(x) == 2 and all(_number(b) and 0 <= b < 1 for b in x),
+     "two numbers in [0, 1)"),
+)
+
+
+def check_spec(spec) -> None:
+    """Refuse a cell spec the trainer cannot run as asked (``epochs: 0`` would write a finished
+    result of accuracy 0.0), naming the key; also a value of ``ARREPRO_KERNELS`` that is not a yes
+    or a no. TrainError."""
+    if not isinstance(spec, dict):
+        raise TrainError(f"the cell spec is a {type(spec).__name__}, not an object")
+    for key, required, ok, what in SPEC_RULES:
+        node, parts = spec, key.split(".")
+        for part in parts[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            continue  # its parent is missing or wrong: reported under the parent's key
+        if parts[-1] not in node:
+            if required:
+                raise TrainError(f"cell spec: {key} is missing (it must be {what})")
+            continue
+        if not ok(node[parts[-1]]):
+            raise TrainError(f"cell spec: {key} is {node[parts[-1]]!r}; it must be {what}")
+    try:
+        kernels_enabled()
+    except ValueError as e:
+        raise TrainError(str(e)) from None
 
 
 def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str,
@@ -83,7 +148,7 @@ def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str,
         return base * (1.0 - frac)
     if schedule == "constant":
         return base
-    raise ValueError(f"recipe.schedule: unknown schedule {schedule!r}")
+    raise ValueError(f"recipe.schedule: unknown schedule {schedule!r} (one of {', '.join(SCHEDULES)})")
 
 
 def atomic_write(path: Path, write) -> None:
@@ -186,9 +251,18 @@ def write_json(path: Path, obj) -> None:
 
 
 def load_task(data_dir: str | Path):
-    """(train inputs, train labels, test inputs, test labels, vocabulary size) of a task."""
+    """(train inputs, train labels, test inputs, test labels, vocabulary size) of a task. A missing
+    or unreadable file is a TrainError naming it."""
     d = Path(data_dir)
-    tr, te = np.load(d / "train.npz"), np.load(d / "test.npz")
+    loaded = {}
+    for name in ("train.npz", "test.npz"):
+        try:
+            with np.load(d / name) as z:
+                loaded[name] = {k: z[k] for k in ("inputs", "labels", "vocab_size")}
+        except Exception as e:  # missing, truncated, garbled (BadZipFile, bad CRC), a key missing
+            raise TrainError(f"{d / name}: cannot read the task's data ({type(e).__name__}: {e}); the data rule "
+                             "writes it (delete it and run the workflow again)") from e
+    tr, te = loaded["train.npz"], loaded["test.npz"]
     arrays = [torch.from_numpy(a[k].astype(np.int64)) for a in (tr, te) for k in ("inputs", "labels")]
     return (*arrays, int(tr["vocab_size"]))
 
@@ -205,12 +279,20 @@ def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
 
 def fingerprint(spec: dict, data_dir: str | Path) -> str:
     """What a checkpoint must match to be resumed: the cell spec, the task's data files (their
-    bytes), and the code that trains the cell and that generated its data (``source_digest``:
+    bytes), and the code that trains the cell (``train_sources``: the files whose digest the train
+    rule records, scripts/train_cell.py included) and that generated its data (``source_digest``:
     comments and docstrings do not count, code does)."""
     repo = Path(__file__).resolve().parents[2]
+    data = {}
+    for f in ("train.npz", "test.npz"):
+        try:
+            data[f] = file_digest(Path(data_dir) / f)
+        except OSError as e:
+            raise TrainError(f"{Path(data_dir) / f}: cannot read the task's data ({e.strerror}); the data rule "
+                             "writes it") from e
     parts = {
         "spec": spec,
-        "data": {f: file_digest(Path(data_dir) / f) for f in ("train.npz", "test.npz")},
+        "data": data,
         "train_code": source_digest(train_sources(spec["model_def"]["mixer"], repo), repo),
         "data_code": source_digest(DATA_SOURCES, repo),
     }
@@ -273,20 +355,31 @@ def pick_device(requested: str, where: str = "device") -> torch.device:
 
 def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: int | None = None,
                log=print, stop_after_steps: int | None = None) -> dict:
-    """Train (or resume) one cell; write metrics.jsonl and result.json under ``out_dir``.
+    """Train (or resume) one cell; write metrics.jsonl and result.json under ``out_dir``. The spec
+    is checked first (``check_spec``); the cell is trained by one process at a time (``CellLock``:
+    a second one is a TrainError naming the first).
 
     ``stop_after_steps`` simulates a preemption after that many optimiser steps (tests)."""
+    check_spec(spec)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        with CellLock(out) as lock:
+            if lock.unsupported:
+                log(f"warning: {lock.unsupported}")
+            return _train_cell(spec, data_dir, out, threads, log, stop_after_steps)
+    except CellBusy as e:
+        raise TrainError(str(e)) from None
+
+
+def _train_cell(spec: dict, data_dir: str | Path, out: Path, threads: int | None, log,
+                stop_after_steps: int | None) -> dict:
     numbers = numerics.settle(threads)  # one thread, oneDNN off; what ATen really runs at
-    device = pick_device(spec.get("device", "auto"), f"scales.{spec.get('scale')}.device")
+    device = pick_device(spec.get("device", "auto"), "device (the scale's, in config.yaml)")
     precision = spec.get("precision", "fp32")
-    autocast = autocast_for(precision, device, f"scales.{spec.get('scale')}.precision")
+    autocast = autocast_for(precision, device, "precision (the scale's, in config.yaml)")
     recipe = spec["recipe_def"]
     schedule_step = recipe.get("schedule_step", "step")
-    if schedule_step not in SCHEDULE_STEPS:
-        raise TrainError(f"recipe {spec['recipe']}: schedule_step {schedule_step!r} is not one of "
-                         f"{', '.join(SCHEDULE_STEPS)}")
     fp = fingerprint(spec, data_dir)  # before the data is loaded: hashing reads each file once more
     xtr, ytr, xte, yte, vocab = load_task(data_dir)
     if spec["batch_size"] > len(xtr):
@@ -294,7 +387,10 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
                          f"set ({len(xtr)} examples in {Path(data_dir) / 'train.npz'})")
 
     torch.manual_seed(spec["seed"])
-    model = build_model(spec, vocab, xtr.shape[1]).to(device)
+    try:
+        model = build_model(spec, vocab, xtr.shape[1]).to(device)
+    except (ValueError, TypeError) as e:  # arguments the mixer refuses (the workflow refuses them before any job)
+        raise TrainError(f"model {spec['model']} (model_def): {e}") from e
     decay, no_decay = [], []  # weight decay on matrices, not on embeddings, norms and biases
     for n, p in model.named_parameters():
         (decay if p.dim() >= 2 and "embed" not in n else no_decay).append(p)
@@ -337,8 +433,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         save_checkpoint_file(ckpt_path, ck)
 
     def write_metrics():
-        atomic_write(out / "metrics.jsonl",
-                     lambda p: p.write_text("".join(json.dumps(m) + "\n" for m in state["metrics"])))
+        atomic_write(out / METRICS, lambda p: p.write_text(metrics_text(state["metrics"])))
 
     # SIGTERM (Slurm's time limit, preemption) and SIGINT (Ctrl-C): finish the step, checkpoint, exit
     stop_signal = {"name": None}
@@ -415,8 +510,8 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
     accs = [m["test_accuracy"] for m in state["metrics"]]
     last = state["metrics"][-1] if state["metrics"] else {}
     result = {
-        **{k: spec[k] for k in ("task", "model", "width", "layers", "recipe", "lr", "seed", "batch_size", "scale")},
-        "task_name": spec.get("task_name"), "mixer": spec["model_def"]["mixer"],
+        **{k: spec[k] for k in ("task", "model", "width", "layers", "recipe", "lr", "seed", "batch_size")},
+        "mixer": spec["model_def"]["mixer"],
         "final_accuracy": last.get("test_accuracy", 0.0), "best_accuracy": max(accs, default=0.0),
         "final_exact_match": last.get("test_exact_match", 0.0),
         "final_test_loss": last.get("test_loss"),
@@ -426,7 +521,8 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         "device": device.type, "precision": precision, "numerics": state["numerics"],
         "kernel_paths": paths_used(model, state.get("kernel_paths", [])), "cell": spec,
     }
-    write_json(out / "result.json", result)
+    result = seal(result, metrics_text(state["metrics"]))  # last: the checksums cover every key
+    write_json(out / RESULT, result)
     return result
 
 

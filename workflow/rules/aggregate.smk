@@ -2,7 +2,8 @@
 # learning rate).
 
 
-AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/search.py", "src/arrepro/files.py", "scripts/aggregate.py")
+AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/search.py", "src/arrepro/files.py",
+                      "src/arrepro/cellfiles.py", "scripts/aggregate.py")
 
 
 rule aggregate:
@@ -17,6 +18,7 @@ rule aggregate:
         code=AGGREGATE_CODE,
         series=lambda wc: experiment_series(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
+        task_names={tid: t["name"] for tid, t in GRID.tasks.items()},  # cells carry no scale's names
     log:
         f"{OUT}/logs/aggregate/{{exp}}.log",
     wildcard_constraints:

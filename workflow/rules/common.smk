@@ -2,10 +2,12 @@
 import functools
 import json
 import os
+import sys
 
 from snakemake.exceptions import WorkflowError
 
 from arrepro import rounds as lr_rounds
+from arrepro.cellfiles import CellBusy, start_over
 from arrepro.digest import source_digest
 from arrepro.grid import CELL_PATTERN, ConfigError, DATA_SOURCES, Grid, one_of, prepare_job_environment, train_sources
 
@@ -42,7 +44,7 @@ def code(*paths):
 @functools.lru_cache(maxsize=None)
 def train_code(mixer):
     """The code digest of a cell of this mixer (once per mixer, not per cell)."""
-    return code(*train_sources(mixer, ROOT), "scripts/train_cell.py")
+    return code(*train_sources(mixer, ROOT))
 
 
 def missing_cell_files():
@@ -147,3 +149,39 @@ def make_link(target, link, log):
     os.symlink(target, link)
     with open(log, "w") as f:
         print(f"{link} -> {target}", file=f)
+
+
+def dynamics_cells(exp):
+    """The result.json and metrics.jsonl files a dynamics figure reads per epoch (every cell of its
+    searches; checked against each other when read), as the figure rule's own input function: it
+    waits for the experiment's searches without hiding the figure's tables from the DAG."""
+    if GRID.experiments[exp].get("plot") != "dynamics":
+        return []
+    return [f"{c.path}/{name}" for c in searched_cells(exp) for name in ("result.json", "metrics.jsonl")]
+
+
+def start_forced_cells_over():
+    """A train job the user forced (--forcerun train, --forceall, -R/-f naming a cell) trains from
+    scratch: its checkpoint would otherwise be resumed (its fingerprint matches: same spec, data
+    and code), giving back the old numbers. The Snakefile's onstart calls this: in the submitting
+    process, once, before any job, never in a dry run nor inside a Slurm job (--no-hooks), so a
+    retry (a failed or preempted attempt, or a finished cell of a failed Slurm group job whose
+    outputs Snakemake deleted) still resumes. --rerun-incomplete forces the outputs of interrupted
+    jobs too: those resume."""
+    if workflow.touch:
+        return
+    dag = workflow.dag
+    removed = 0
+    for job in dag.needrun_jobs():
+        if job.rule.name != "train" or not dag.reason(job).forced:
+            continue
+        # --forcerun train, --forceall; else forced through its files: -R/-f, or --rerun-incomplete
+        asked = (job.rule in dag.forcerules and job not in dag.omitforce
+                 or not workflow.async_run(workflow.persistence.incomplete(job)))
+        if asked:
+            try:
+                removed += start_over(os.path.dirname(job.output.result), "forced by snakemake")
+            except CellBusy as err:
+                raise WorkflowError(f"stopping before any job: {err}")
+    if removed:
+        print(f"{removed} forced cell(s) start over: their checkpoints are removed", file=sys.stderr)

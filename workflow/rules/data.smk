@@ -7,7 +7,7 @@ rule data:
         test="results/data/{task}/test.npz",
     params:
         code=code(*DATA_SOURCES),
-        task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}),
+        task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}, sort_keys=True),
     log:
         f"{OUT}/logs/data/{{task}}.log",
     resources:

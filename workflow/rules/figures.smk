@@ -8,8 +8,9 @@ rule figure:
         png=report(f"{OUT}/{{exp}}.png", caption="../report/figure.rst", category="Figures", labels={"experiment": "{exp}"}),
     input:
         unpack(figure_inputs),
+        cell_files=lambda wc: dynamics_cells(wc.exp),
     params:
-        code=code("src/arrepro/plots.py", "src/arrepro/files.py", "scripts/plot_figure.py"),
+        code=code("src/arrepro/plots.py", "src/arrepro/files.py", "src/arrepro/cellfiles.py", "scripts/plot_figure.py"),
         plot=lambda wc: GRID.experiments[wc.exp]["plot"],
         title=lambda wc: GRID.experiments[wc.exp].get("title", wc.exp),
         scale=GRID.scale_name,

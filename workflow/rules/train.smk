@@ -15,10 +15,12 @@ rule train:
         test="results/data/{task}/test.npz",
     params:
         code=lambda wc: train_code(mixer_of(wc)),
-        cell=lambda wc: json.dumps(GRID.cell_spec(**wc)),
+        cell=lambda wc: json.dumps(GRID.cell_spec(**wc), sort_keys=True),  # the config's key order changes nothing
         out=CELL_PATTERN,
-    # Snakemake empties a job's declared log before each attempt: job.log is this attempt's output;
-    # train.log gathers every attempt's (a resumed cell's history stays).
+    # job.log is this attempt's output; train.log gathers every attempt's (a resumed cell's history
+    # stays): the script writes both itself, and its errors to the job's stderr, which Snakemake
+    # shows (arrepro.trainjob). `exec`: the trainer's parent is the Snakemake running the job, and
+    # --die-with-parent stops it (with a checkpoint) if that Snakemake is killed.
     log:
         f"{CELL_PATTERN}/job.log",
     wildcard_constraints:
@@ -42,5 +44,5 @@ rule train:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
-        "--out {params.out:q} --threads {threads} 2>&1 | tee -a {params.out:q}/train.log > {log:q}"
+        "exec python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
+        "--out {params.out:q} --threads {threads} --train-log {params.out:q}/train.log --die-with-parent > {log:q}"

@@ -19,10 +19,10 @@ fp32 run (the default precision) never silently drops to bf16.
 
 Loud failures: on CUDA, a kernel package that is installed (its distribution is found by
 ``importlib.metadata``) but fails to import raises ``KernelImportError`` quoting the import
-error; ``ARREPRO_KERNELS=0`` opts out of every kernel. mamba-ssm's kernel submodules are
-imported without running the package ``__init__`` (which in 2.3.1 imports the Mamba and Mamba2
-modules and MambaLMHeadModel, and with them huggingface_hub and transformers); a later ``import
-mamba_ssm`` in the same process then sees that bare package.
+error; ``ARREPRO_KERNELS=0`` (or false, no, off) opts out of every kernel (``kernels_enabled``).
+mamba-ssm's kernel submodules are imported without running the package ``__init__`` (which in
+2.3.1 imports the Mamba and Mamba2 modules and MambaLMHeadModel, and with them huggingface_hub and
+transformers); a later ``import mamba_ssm`` in the same process then sees that bare package.
 
 Tests: ``override({name: fn})`` (a context manager) is the one injection point: inside it the
 named kernels are those functions, and tensors on any device (CPU too) count as kernel-capable;
@@ -45,6 +45,21 @@ import torch
 from torch import nn
 
 ENV = "ARREPRO_KERNELS"
+ENV_OFF = ("0", "false", "no", "off")
+ENV_ON = ("1", "true", "yes", "on")
+
+
+def kernels_enabled() -> bool:
+    """Whether ``ARREPRO_KERNELS`` lets the kernels run: unset, empty or a yes (1, true, yes, on:
+    any case) lets them; a no (0, false, no, off) opts out; anything else is a ValueError naming
+    the variable (a typo must not silently keep the kernels on)."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in ENV_ON or value == "":
+        return True
+    if value in ENV_OFF:
+        return False
+    raise ValueError(f"{ENV}={os.environ[ENV]!r}: not a yes ({', '.join(ENV_ON)}) or a no ({', '.join(ENV_OFF)}); "
+                     "a no runs the portable paths instead of the CUDA kernels")
 HALF = (torch.float16, torch.bfloat16)
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
 
@@ -219,8 +234,8 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, str | None, str]:
     k = KERNELS[name]
-    if os.environ.get(ENV, "1") == "0":
-        return None, None, f"{ENV}=0"
+    if not kernels_enabled():
+        return None, None, f"{ENV}={os.environ[ENV]}"
     package = installed(name)
     if name in _overrides:
         fn = _overrides[name]

@@ -12,9 +12,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...constraints import require
 from ..kernels import KernelMixer, compute_dtype
 from ..ops import ShortConv, apply_rotary, rotary_tables
 from ..registry import register
+
+
+# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
+# by arrepro.grid, which reads this literal with ast, and by the constructor)
+REQUIRES = (
+    ("isinstance(num_heads, int) and num_heads >= 1", "num_heads must be a whole number >= 1"),
+    ("d_model % num_heads == 0", "the width must be a multiple of num_heads"),
+    ("isinstance(conv, str) and set(conv) <= set('qkv')", "conv must name a subset of 'qkv'"),
+    ("isinstance(conv_size, int) and conv_size >= 1", "conv_size must be a whole number >= 1"),
+    ("0 <= dropout < 1", "dropout must be in [0, 1)"),
+)
 
 
 @register("attention")
@@ -25,10 +37,7 @@ class Attention(KernelMixer):
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 1, dropout: float = 0.0,
                  rope: bool = False, conv: str = "", conv_size: int = 3):
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"attention: d_model {d_model} not divisible by num_heads {num_heads}")
-        if set(conv) - set("qkv"):
-            raise ValueError(f"attention: conv must name a subset of 'qkv', got {conv!r}")
+        require(REQUIRES, locals())
         self.h, self.dh, self.dropout, self.rope, self.max_len = num_heads, d_model // num_heads, dropout, rope, max_len
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)

@@ -42,6 +42,7 @@ import math
 import torch
 from torch import nn
 
+from ...constraints import require
 from ..kernels import KernelMixer, compute_dtype, fla_layout_kwargs
 from ..ops import ShortConv
 from ..registry import register
@@ -52,6 +53,16 @@ def taylor_feature_map(x: torch.Tensor) -> torch.Tensor:
     F_ = x.shape[-1]
     outer = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) / (math.sqrt(2.0) * math.sqrt(F_))
     return torch.cat([torch.ones_like(x[..., :1]), x / F_**0.25, outer], dim=-1)
+
+
+# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
+# by arrepro.grid, which reads this literal with ast, and by the constructor)
+REQUIRES = (
+    ("isinstance(num_heads, int) and num_heads >= 1", "num_heads must be a whole number >= 1"),
+    ("d_model % num_heads == 0", "the width must be a multiple of num_heads"),
+    ("isinstance(feature_dim, int) and feature_dim >= 1", "feature_dim must be a whole number >= 1"),
+    ("isinstance(conv_size, int) and conv_size >= 1", "conv_size must be a whole number >= 1"),
+)
 
 
 @register("based")
@@ -66,8 +77,7 @@ class Based(KernelMixer):
     def __init__(self, d_model: int, *, max_len: int, feature_dim: int = 16, num_heads: int = 1,
                  conv_size: int = 3, eps: float = 1e-6):
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"based: d_model {d_model} not divisible by num_heads {num_heads}")
+        require(REQUIRES, locals())
         self.h, self.f, self.dv, self.eps, self.max_len = num_heads, feature_dim, d_model // num_heads, eps, max_len
         self.conv = ShortConv(d_model, conv_size)
         self.q_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...constraints import require
 from ..ops import ShortConv
 from ..registry import register
 from .based import Based
@@ -33,6 +34,16 @@ class _NoConv(nn.Module):
     forward_portable = forward_kernel = forward_reference = forward
 
 
+# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
+# by arrepro.grid, which reads this literal with ast, and by the constructor)
+REQUIRES = (
+    ("isinstance(num_heads, int) and num_heads >= 1", "num_heads must be a whole number >= 1"),
+    ("d_model % num_heads == 0", "the width must be a multiple of num_heads"),
+    ("isinstance(feature_dim, int) and feature_dim >= 1", "feature_dim must be a whole number >= 1"),
+    ("isinstance(conv_size, int) and conv_size >= 1", "conv_size must be a whole number >= 1"),
+)
+
+
 @register("based_hybrid")
 class BasedHybrid(nn.Module):
     wants_layer_idx = True
@@ -40,6 +51,7 @@ class BasedHybrid(nn.Module):
     def __init__(self, d_model: int, *, max_len: int, layer_idx: int = 0, feature_dim: int = 8, num_heads: int = 1,
                  conv_size: int = 3):
         super().__init__()
+        require(REQUIRES, locals())
         self.kind = "base_conv" if layer_idx % 2 == 0 else "based"
         self.max_len = max_len
         if self.kind == "base_conv":

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...constraints import require
 from ..kernels import KernelMixer, compute_dtype, fla_layout_kwargs
 from ..ops import ShortConv
 from ..registry import register
@@ -129,6 +130,16 @@ def delta_rule_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
     return torch.stack(outs, dim=2)
 
 
+# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
+# by arrepro.grid, which reads this literal with ast, and by the constructor)
+REQUIRES = (
+    ("isinstance(num_heads, int) and num_heads >= 1", "num_heads must be a whole number >= 1"),
+    ("d_model % num_heads == 0", "the width must be a multiple of num_heads"),
+    ("isinstance(conv_size, int) and conv_size >= 1", "conv_size must be a whole number >= 1"),
+    ("isinstance(chunk_size, int) and chunk_size >= 1", "chunk_size must be a whole number >= 1"),
+)
+
+
 @register("deltanet")
 class DeltaNet(KernelMixer):
     """Also the base of ``GatedDeltaNet``, which adds its layers in ``_head_projections``,
@@ -138,8 +149,7 @@ class DeltaNet(KernelMixer):
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 2, conv_size: int = 4,
                  norm_eps: float = 1e-5, chunk_size: int = 64):
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"{self.registry_name}: d_model {d_model} not divisible by num_heads {num_heads}")
+        require(REQUIRES, locals())
         self.h, self.dh, self.max_len, self.chunk_size = num_heads, d_model // num_heads, max_len, chunk_size
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
         self.k_proj = nn.Linear(d_model, d_model, bias=False)

@@ -36,8 +36,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...constraints import require
 from ..ops import fft_causal_conv
 from ..registry import register
+
+
+# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
+# by arrepro.grid, which reads this literal with ast, and by the constructor)
+REQUIRES = (
+    ("isinstance(head_dim, int) and head_dim >= 1", "head_dim must be a whole number >= 1"),
+    ("d_model % head_dim == 0", "the width must be a multiple of head_dim"),
+    ("d_state == 'seq_len' or (isinstance(d_state, int) and d_state >= 2 and d_state % 2 == 0)",
+     "d_state must be 'seq_len' or an even whole number >= 2 (conjugate pairs of modes)"),
+)
 
 
 @register("h3")
@@ -45,13 +56,10 @@ class H3(nn.Module):
     def __init__(self, d_model: int, *, max_len: int, d_state: int | str = 64, head_dim: int = 2,
                  dt_min: float = 1e-3, dt_max: float = 1e-1):
         super().__init__()
+        require(REQUIRES, locals())
         # "seq_len": the state as long as the input, as Zoology's MQAR sweeps set it
         # (d_state = input_seq_len, "mathematically equivalent to Hyena")
         d_state = self.resolve_d_state(d_state, max_len)
-        if d_model % head_dim:
-            raise ValueError(f"h3: d_model {d_model} not divisible by head_dim {head_dim}")
-        if d_state % 2:
-            raise ValueError(f"h3: d_state {d_state} must be even (conjugate pairs of modes)")
         self.d, self.n, self.hd, self.nh, self.max_len = d_model, d_state, head_dim, d_model // head_dim, max_len
         self.dt_min, self.dt_max = dt_min, dt_max
         self.q_proj = nn.Linear(d_model, d_model)

@@ -38,6 +38,7 @@ import math
 import torch
 from torch import nn
 
+from ...constraints import require
 from ..ops import ShortConv, fft_causal_conv
 from ..registry import register
 
@@ -64,13 +65,23 @@ def positional_features(max_len: int, emb_dim: int) -> tuple[torch.Tensor, torch
     return torch.cat([t, torch.cos(f * w), -torch.sin(f * w)], dim=-1), t
 
 
+# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
+# by arrepro.grid, which reads this literal with ast, and by the constructor)
+REQUIRES = (
+    ("isinstance(order, int) and order >= 2", "order must be a whole number >= 2"),
+    ("isinstance(filter_order, int) and filter_order >= 1", "filter_order must be a whole number >= 1"),
+    ("isinstance(short_filter, int) and short_filter >= 1", "short_filter must be a whole number >= 1"),
+    ("isinstance(emb_dim, int) and emb_dim >= 3 and emb_dim % 2 == 1",
+     "emb_dim must be odd and >= 3 (time, cosines, sines)"),
+)
+
+
 @register("hyena")
 class Hyena(nn.Module):
     def __init__(self, d_model: int, *, max_len: int, order: int = 2, filter_order: int = 64,
                  short_filter: int = 3, emb_dim: int = 3):
         super().__init__()
-        if order < 2:
-            raise ValueError(f"hyena: order must be >= 2, got {order}")
+        require(REQUIRES, locals())
         self.d, self.order, self.max_len = d_model, order, max_len
         width = (order + 1) * d_model
         n_filt = (order - 1) * d_model

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ...constraints import require
 from ..kernels import KernelMixer
 from ..ops import ShortConv
 from ..registry import register
@@ -148,6 +149,17 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch
 # --------------------------------------------------------------------------- the block
 
 
+# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
+# by arrepro.grid, which reads this literal with ast, and by the constructor)
+REQUIRES = (
+    ("isinstance(d_state, int) and d_state >= 1", "d_state must be a whole number >= 1"),
+    ("isinstance(d_conv, int) and d_conv >= 1", "d_conv must be a whole number >= 1"),
+    ("expand > 0 and int(expand * d_model) >= 1", "expand must be > 0"),
+    ("dt_rank == 'auto' or (isinstance(dt_rank, int) and dt_rank >= 1)",
+     "dt_rank must be 'auto' or a whole number >= 1"),
+)
+
+
 @register("mamba")
 class Mamba(KernelMixer):
     kernel_name = "selective_scan_fn"
@@ -158,6 +170,7 @@ class Mamba(KernelMixer):
                  dt_rank: int | str = "auto", conv: bool = True, gate: bool = True,
                  dt_min: float = 1e-3, dt_max: float = 0.1, dt_init_floor: float = 1e-4):
         super().__init__()
+        require(REQUIRES, locals())
         self.d_inner = E = int(expand * d_model)
         self.d_state, self.gate = d_state, gate
         self.dt_rank = R = math.ceil(d_model / 16) if dt_rank == "auto" else int(dt_rank)

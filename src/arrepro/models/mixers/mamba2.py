@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...constraints import require
 from ..kernels import KernelMixer
 from ..ops import ShortConv
 from ..registry import register
@@ -92,6 +93,17 @@ class GatedRMSNorm(nn.Module):
         return y * torch.rsqrt(y.float().square().mean(-1, keepdim=True) + self.eps).to(y.dtype) * self.weight
 
 
+# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
+# by arrepro.grid, which reads this literal with ast, and by the constructor)
+REQUIRES = (
+    ("isinstance(d_state, int) and d_state >= 1", "d_state must be a whole number >= 1"),
+    ("isinstance(d_conv, int) and d_conv >= 1", "d_conv must be a whole number >= 1"),
+    ("isinstance(headdim, int) and headdim >= 1", "headdim must be a whole number >= 1"),
+    ("isinstance(chunk_size, int) and chunk_size >= 1", "chunk_size must be a whole number >= 1"),
+    ("expand > 0 and int(expand * d_model) % headdim == 0", "expand x width (d_inner) must be a multiple of headdim"),
+)
+
+
 @register("mamba2")
 class Mamba2(KernelMixer):
     kernel_name = "mamba_chunk_scan_combined"
@@ -100,9 +112,8 @@ class Mamba2(KernelMixer):
                  headdim: int = 16, chunk_size: int = 64, A_init_range: tuple = (1.0, 16.0),
                  dt_min: float = 1e-3, dt_max: float = 0.1, dt_init_floor: float = 1e-4):
         super().__init__()
+        require(REQUIRES, locals())
         self.d_inner = E = int(expand * d_model)
-        if E % headdim:
-            raise ValueError(f"mamba2: d_inner {E} not divisible by headdim {headdim}")
         self.d_state, self.headdim, self.nheads, self.chunk_size = d_state, headdim, E // headdim, chunk_size
         self.A_init_range, self.dt_min, self.dt_max, self.dt_init_floor = A_init_range, dt_min, dt_max, dt_init_floor
         H, N = self.nheads, d_state

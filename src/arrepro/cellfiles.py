@@ -1,0 +1,200 @@
+"""A training cell's files: what its trainer leaves, and the one place they are read back (pure
+Python, no torch: the Snakefile and the aggregation import it).
+
+A cell's folder (``arrepro.grid.CELL_PATTERN``) holds ``metrics.jsonl`` (one line per epoch),
+``result.json`` (written last: the cell is finished iff it exists), ``checkpoint.pt`` (its own
+sha256 in its header; train.py), ``train.log`` (every attempt's progress), ``job.log`` (the last
+attempt's) and ``train.lock``.
+
+**Outputs that agree.** ``result.json`` carries the sha256 of ``metrics.jsonl``'s bytes
+(``metrics_sha256``) and of its own content (``sha256``: the canonical JSON of every other key),
+and names its cell (task, model, width, layers, recipe, lr, seed), which must be the folder it
+lies in. ``read_result`` (the tables) and ``read_metrics`` (the dynamics figure) check them: a
+result.json edited by hand, half-written or copied from another cell, or a metrics.jsonl cut or
+edited after training, is a ``BadCellFile`` naming the cell, what is wrong and the fix (delete
+the two files and run again: the cell's train job rebuilds them from its checkpoint, without
+training when the checkpoint is of the finished cell).
+
+**One trainer per cell.** ``CellLock``: an exclusive POSIX record lock (``fcntl`` F_SETLK through
+``lockf``) on ``train.lock``, held while a process trains the cell. The kernel releases it when
+the holder dies, however it dies (``kill -9`` included), so a dead trainer never blocks its cell;
+a second trainer is refused at once, told which process (pid, host, start) holds it. What this
+relies on: local file systems and NFS (v3 through the lock manager, v4 natively; a crashed
+client's locks are released when its lease expires) give such locks across machines; Lustre does
+with the ``flock`` mount option (``localflock`` makes them per node: two nodes could then train
+one cell at once) and refuses them without it. Where the file system refuses locks, training
+goes on unlocked and its log says so.
+
+**A forced job starts over.** ``start_over`` removes a cell's checkpoint (when no live trainer
+holds the cell): the workflow calls it for train jobs the user forced (``--forcerun``,
+``--forceall``), before any job runs (workflow/rules/train.smk).
+"""
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import socket
+from pathlib import Path
+
+from .files import UnreadableFile
+from .grid import CELL_PATTERN, fmt_lr
+
+CHECKPOINT = "checkpoint.pt"
+RESULT = "result.json"
+METRICS = "metrics.jsonl"
+LOCK = "train.lock"
+TRAIN_LOG = "train.log"
+# the keys of result.json that name its cell (its folder: CELL_PATTERN)
+IDENTITY = ("task", "model", "width", "layers", "recipe", "lr", "seed")
+
+
+# ------------------------------------------------------------------------------ outputs that agree
+def metrics_text(rows: list[dict]) -> str:
+    """metrics.jsonl's contents: one JSON object a line (the one serialisation, so that the
+    checksum in result.json is of exactly these bytes)."""
+    return "".join(json.dumps(m) + "\n" for m in rows)
+
+
+def _sha256_of(result: dict) -> str:
+    body = {k: v for k, v in result.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def seal(result: dict, metrics: str) -> dict:
+    """``result`` with the checksums of ``metrics`` (metrics.jsonl's text) and of itself: the
+    last step before result.json is written."""
+    sealed = {**result, "metrics_sha256": hashlib.sha256(metrics.encode()).hexdigest()}
+    sealed["sha256"] = _sha256_of(sealed)
+    return sealed
+
+
+class BadCellFile(UnreadableFile):
+    """A cell's file that is unreadable or disagrees with the others; the message starts with the
+    file's path and ends with the fix."""
+
+
+def _fix(cell: Path) -> str:
+    how = ("its train job rebuilds both from checkpoint.pt (without training, the checkpoint being of "
+           "the finished cell)" if (cell / CHECKPOINT).exists() else "its train job trains the cell again")
+    return f"to fix: rm {cell / RESULT} {cell / METRICS}, then run the workflow again: {how}"
+
+
+def _bad(cell: Path, name: str, problem: str) -> BadCellFile:
+    return BadCellFile(f"{cell / name}: {problem}; {_fix(cell)}")
+
+
+def _folder_of(result: dict) -> str:
+    """The cell folder a result names (the last six folders of CELL_PATTERN)."""
+    values = {k: result[k] for k in IDENTITY}
+    values["lr"] = fmt_lr(values["lr"])
+    return CELL_PATTERN.format(**values).split("/", 2)[2]
+
+
+def read_result(path) -> dict:
+    """A cell's result.json, checked: valid JSON, its own checksum, and the cell it names is the
+    folder it lies in. Else BadCellFile naming the file, the problem and the fix."""
+    path = Path(path)
+    cell = path.parent
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _bad(cell, path.name, f"cannot read it: {type(e).__name__}: {e}") from e
+    try:
+        r = json.loads(text)
+    except ValueError as e:
+        raise _bad(cell, path.name, f"not valid JSON (half-written or damaged: {e})") from e
+    if not isinstance(r, dict):
+        raise _bad(cell, path.name, "not a JSON object")
+    if "sha256" not in r or "metrics_sha256" not in r:
+        raise _bad(cell, path.name, "no checksum (not written by this version of train.py)")
+    if r["sha256"] != _sha256_of(r):
+        raise _bad(cell, path.name, "its contents differ from what its trainer wrote (sha256 mismatch: "
+                                    "edited or damaged after training)")
+    try:
+        named = _folder_of(r)
+    except (KeyError, TypeError, ValueError) as e:
+        raise _bad(cell, path.name, f"does not name its cell ({type(e).__name__}: {e})") from e
+    if not cell.as_posix().endswith("/" + named):
+        raise _bad(cell, path.name, f"is the result of another cell ({named}): copied or moved")
+    return r
+
+
+def read_metrics(cell_dir) -> list[dict]:
+    """A finished cell's metrics.jsonl, checked against the checksum its result.json recorded."""
+    cell = Path(cell_dir)
+    r = read_result(cell / RESULT)
+    try:
+        data = (cell / METRICS).read_bytes()
+    except OSError as e:
+        raise _bad(cell, METRICS, f"cannot read it: {type(e).__name__}: {e}") from e
+    if hashlib.sha256(data).hexdigest() != r["metrics_sha256"]:
+        raise _bad(cell, METRICS, f"differs from the file its {RESULT} was written with (sha256 mismatch: "
+                                  "cut, edited or damaged after training)")
+    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------ one trainer per cell
+class CellBusy(RuntimeError):
+    """Another live process holds the cell's lock; the message names it."""
+
+
+class CellLock:
+    """``with CellLock(cell_dir) as lock:`` the calling process alone trains the cell (see the
+    module's docstring). ``lock.unsupported`` says why no lock could be taken (the file system
+    refuses locks), else is None."""
+
+    def __init__(self, cell_dir):
+        self.path = Path(cell_dir) / LOCK
+        self.fd: int | None = None
+        self.unsupported: str | None = None
+
+    def __enter__(self) -> "CellLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(fd, 300, 0).decode(errors="replace").strip() or "a process that has not said which"
+            os.close(fd)
+            if e.errno in (errno.EACCES, errno.EAGAIN):
+                raise CellBusy(f"{self.path.parent}: another process is training this cell ({holder}; "
+                               f"lock {self.path}). Wait for it to finish, or stop it, then run again") from None
+            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                self.unsupported = (f"cannot lock {self.path} ({e.strerror}): the file system refuses locks, so "
+                                    "nothing stops a second trainer of this cell")
+                return self
+            raise
+        self.fd = fd
+        started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        try:  # who holds it, for a refused second trainer's message (a full disk may refuse the bytes)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {started}\n".encode(), 0)
+        except OSError:
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+            self.fd = None
+
+
+# ------------------------------------------------------------------------------ a forced job starts over
+def start_over(cell_dir, why: str) -> bool:
+    """Remove the cell's checkpoint so that its next job trains from scratch, and say ``why`` in
+    its train.log; False if it had none. CellBusy if a live process trains the cell."""
+    cell = Path(cell_dir)
+    ckpt = cell / CHECKPOINT
+    if not ckpt.exists():
+        return False
+    with CellLock(cell):
+        ckpt.unlink(missing_ok=True)
+    try:
+        with open(cell / TRAIN_LOG, "a") as f:
+            f.write(f"{why}: checkpoint removed, the cell starts over\n")
+    except OSError:
+        pass
+    return True

@@ -1,0 +1,121 @@
+"""The command line of a training job (scripts/train_cell.py): one cell, its logs, its errors.
+
+    train_cell.py --cell-json '{...}' --data DIR --out DIR [--threads N]
+                  [--train-log FILE] [--die-with-parent]
+
+Every progress line goes to standard output (the train rule sends it to the job's ``job.log``)
+and, with ``--train-log``, is appended to the cell's ``train.log`` (every attempt's history), by
+this process itself: no ``tee`` that a Ctrl-C (SIGINT to the whole process group) kills before
+the "checkpoint written" line, or whose own error on a full disk hides the script's. An error
+(a TrainError: the spec, the data, the machine, a full disk, another trainer of the cell) is one
+line, ``train_cell.py: error: ...``, written to the logs when they can still be written, and
+always to standard error, which Snakemake shows; an unexpected one adds its traceback the same
+way. Exit status 1; 3 after a SIGTERM or SIGINT checkpoint (Slurm retries the job).
+
+``--die-with-parent`` (the train rule's): the process asks the kernel for a SIGTERM when its
+parent dies (Linux ``PR_SET_PDEATHSIG``), and the rule runs it with ``exec`` so that its parent
+is the Snakemake that runs the job. A ``kill -9`` of a local Snakemake then stops its training
+jobs (each checkpoints, as on any SIGTERM) instead of leaving orphans that train on beside the
+next run's jobs. On a cluster the parent is the Snakemake inside the Slurm job, not the one that
+submitted it: a submitting process that dies (a closed login session) leaves its Slurm jobs
+running, as it should. Not on by default: a trainer started by hand (``nohup ... &``) keeps
+running when its shell exits.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+import traceback
+
+PROG = "train_cell.py"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+class JobLog:
+    """A callable writing each line to standard output and appending it to ``train_log``. A
+    destination that fails (a full disk) is reported once on standard error and skipped; training
+    goes on (its own writes fail loudly, naming the file)."""
+
+    def __init__(self, train_log: str | None):
+        self.train_log = train_log
+        self.broken: set[str] = set()
+
+    def _write(self, where: str, write) -> None:
+        if where in self.broken:
+            return
+        try:
+            write()
+        except OSError as e:
+            self.broken.add(where)
+            print(f"{PROG}: warning: cannot write {where} ({e.strerror or e}); the log goes on elsewhere",
+                  file=sys.stderr, flush=True)
+
+    def __call__(self, line: str) -> None:
+        def out():
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+        def append():
+            with open(self.train_log, "a") as f:
+                f.write(line + "\n")
+
+        self._write("standard output (job.log)", out)
+        if self.train_log:
+            self._write(self.train_log, append)
+
+    def error(self, message: str) -> None:
+        """``message`` to the logs (where they can be written) and to standard error."""
+        self(message)
+        print(message, file=sys.stderr, flush=True)
+
+
+def die_with_parent() -> None:
+    """SIGTERM this process when its parent dies (Linux only; elsewhere nothing). If the parent
+    died before the request took effect, exit now."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # already orphaned
+        sys.exit(f"{PROG}: error: the process that started this job (pid {parent}) has exited")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog=PROG, description="Train one cell of the grid (see arrepro.trainjob).")
+    ap.add_argument("--cell-json", required=True, help="the resolved cell spec (the train rule's param)")
+    ap.add_argument("--data", required=True, help="folder with the task's train.npz and test.npz")
+    ap.add_argument("--out", required=True, help="the cell's folder")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--train-log", default=None, help="also append every line to this file")
+    ap.add_argument("--die-with-parent", action="store_true",
+                    help="stop (SIGTERM: checkpoint and exit) when the parent process dies (Linux)")
+    a = ap.parse_args(argv)
+    if a.die_with_parent:
+        die_with_parent()
+    log = JobLog(a.train_log)
+    from . import numerics
+
+    numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
+    from .train import TrainError, train_cell  # torch: once the arguments are read
+
+    try:
+        try:
+            spec = json.loads(a.cell_json)
+        except ValueError as e:
+            raise TrainError(f"--cell-json: not valid JSON ({e})") from None
+        train_cell(spec, a.data, a.out, a.threads, log=log)
+    except TrainError as e:  # a clear message naming the file or key: no traceback
+        log.error(f"{PROG}: error: {e}")
+        sys.exit(1)
+    except Exception:
+        for line in traceback.format_exc().rstrip().splitlines():
+            log(line)
+        print(traceback.format_exc(), file=sys.stderr, end="", flush=True)
+        sys.exit(1)
