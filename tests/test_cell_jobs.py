@@ -32,8 +32,13 @@ def metrics(cell: Path) -> list[dict]:
     return [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
 
 
+# these tests drive fig2, the tiny scale's fixed grid of two cells (fig1's learning-rate search has
+# tests of its own in test_workflow)
+FIG2 = ["results/tiny/fig2.pdf"]
+
+
 def cells(wd: Path) -> list[Path]:
-    found = sorted(p.parent for p in wd.glob("results/cells/**/result.json"))
+    found = sorted(p.parent for p in wd.glob("results/cells/mqar-L16-*/**/result.json"))
     assert len(found) == 2
     return found
 
@@ -43,7 +48,7 @@ def cells(wd: Path) -> list[Path]:
 def test_a_forced_train_job_starts_over(wd, force):
     """Issue 18: both ended with "resumed from checkpoint at epoch 1 batch 0" and the old numbers."""
     before = {c: (c / "checkpoint.pt").stat().st_mtime_ns for c in cells(wd)}
-    p = smk(wd, "--cores", "1", *force, *TARGETS, "--config", "scale=tiny")
+    p = smk(wd, "--cores", "1", *force, *FIG2, "--config", "scale=tiny")
     assert "2 forced cell(s) start over" in p.stderr, p.stderr[-2000:]
     for c in cells(wd):
         job = (c / "job.log").read_text()
@@ -57,8 +62,8 @@ def test_editing_the_train_script_restarts_its_cells(wd):
     in the checkpoint's fingerprint (the rerun does not resume): one list of a cell's sources."""
     with open(wd / "scripts/train_cell.py", "a") as f:
         f.write(CODE_EDIT)
-    assert planned(wd).get("train") == 2
-    smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny")
+    assert planned(wd, targets=FIG2).get("train") == 2
+    smk(wd, "--cores", "1", *FIG2, "--config", "scale=tiny")
     for c in cells(wd):
         job = (c / "job.log").read_text()
         assert "fingerprint differs" in job and "resumed" not in job, job
@@ -90,7 +95,7 @@ def test_a_scale_defined_alike_shares_the_cells_without_retraining(wd):
     edit_config(wd, twin)
     dry = smk(wd, "-n", "results/twin/fig2.pdf", "--config", "scale=twin").stdout
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", dry.split("Job stats:")[1].split("total")[0], re.M))
-    assert jobs == {"aggregate": "1", "figure": "1"}, dry[-3000:]
+    assert jobs == {"search_round": "3", "aggregate": "1", "figure": "1"}, dry[-3000:]  # no training
     smk(wd, "--cores", "1", "results/twin/tables/fig2_cells.csv", "--config", "scale=twin")
     table = (wd / "results/twin/tables/fig2_cells.csv").read_text()
     assert ",short," in table and ",L16," not in table  # each scale labels the shared cells its way
@@ -116,19 +121,21 @@ def test_an_edited_result_stops_the_tables_naming_the_cell(wd):
     r = json.loads((c / "result.json").read_text())
     r["final_accuracy"] = 0.777
     (c / "result.json").write_text(json.dumps(r, indent=1))
-    p = smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny", check=False)
+    p = smk(wd, "--cores", "1", *FIG2, "--config", "scale=tiny", check=False)
     rel = c.relative_to(wd)
     out = p.stdout + p.stderr
     assert p.returncode != 0 and f"{rel}/result.json: its contents differ from what its trainer wrote" in out, out[-3000:]
     assert f"to fix: rm {rel}/result.json {rel}/metrics.jsonl" in out
-    assert not (wd / "results/tiny/tables/fig2_cells.csv").exists()  # the failed job's outputs are gone
+    # its first reader, the learning-rate search's round job, stops: no decision and no table rests on it
+    assert "Error in rule search_round" in out
+    assert not (wd / "results/tiny/searches/rounds/cells_10min-fig2/round1.json").exists()
 
 
 def test_the_advised_fix_rebuilds_a_broken_cell_without_training(wd):
     c = cells(wd)[0]
     good = (c / "result.json").read_bytes()
     (c / "result.json").write_text(good.decode()[:100])  # half-written
-    p = smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny", check=False)
+    p = smk(wd, "--cores", "1", *FIG2, "--config", "scale=tiny", check=False)
     rel = c.relative_to(wd)
     assert p.returncode != 0 and f"{rel}/result.json: not valid JSON" in p.stdout + p.stderr
     for f in ("result.json", "metrics.jsonl"):  # the message's fix, as typed
