@@ -50,6 +50,7 @@ $(KVENV)/.installed: envs/kernels-cpu.txt
 	$(KPY) -m pip install -q torch==2.13.0
 	$(KPY) -m pip install -q --no-deps -c envs/kernels-cpu.txt setuptools wheel packaging
 	$(NOCUDA) $(KPY) -m pip install -q --no-deps --no-build-isolation -r envs/kernels-cpu.txt
+	$(KPY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 kernels-cpu: $(KVENV)/.installed
@@ -71,7 +72,7 @@ gpu-check:
 	$(MAKE) $(GVENV)/.installed
 	$(GVENV)/bin/python -m pytest -q -rs -p no:cacheprovider tests/test_mixers.py -k kernel_matches_portable \
 		|| { echo "make gpu-check: a kernel path disagrees with its portable path (above)" >&2; exit 1; }
-	PYTHONPATH=src $(GVENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
+	$(GVENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf results .snakemake

@@ -3,6 +3,7 @@
 #   snakemake results/fig2.pdf         one figure of the config's scale, training only its cells
 #   snakemake --profile slurm all      the paper's grid on a Slurm cluster
 # The grid, the recipes and the scales live in config.yaml; the logic in src/arrepro.
+import os
 import sys
 from pathlib import Path
 
@@ -15,8 +16,13 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+# The package: this checkout's src/, for this process and every job it starts (a job may run in a
+# conda env that does not install it), with the interpreter that runs the workflow first on PATH
+# (an activated conda env comes first anyway). People and tests import it installed (make setup).
 ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 
 from arrepro.preflight import config_problem  # noqa: E402
 
@@ -48,7 +54,7 @@ include: "workflow/rules/current.smk"
 rule all:
     input:
         [f for e in EXPERIMENTS for f in GRID.outputs(e)],
-        f"{OUT}/tables/cells.csv",
+        rules.cells_table.output,
         f"{OUT}/paper/numbers.tex",
         f"{OUT}/paper/setup.tex",
         f"{OUT}/paper.pdf",

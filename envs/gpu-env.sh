@@ -24,3 +24,4 @@ else
 fi
 "${RUN[@]}" bash "$HERE/train.post-deploy.sh"
 "${RUN[@]}" python -m pip install -q --no-deps -c "$HERE/kernels-cpu.txt" pytest iniconfig pluggy pygments
+"${RUN[@]}" python -m pip install -q --no-deps -e "$HERE/.."  # this package (as make setup installs it)

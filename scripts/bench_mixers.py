@@ -8,9 +8,9 @@ minutes at full size, so it runs once; the portable path runs --repeats times af
 and the median is reported. Then prints, for every config.yaml model, the parameter count of
 one mixer and of the whole LanguageModel (vocab 8192, 2 layers, max_len 64) at d = 64 and 512.
 
-    PYTHONPATH=src .venv/bin/python scripts/bench_mixers.py                 # B=64, L=256, d=128
-    PYTHONPATH=src .venv/bin/python scripts/bench_mixers.py --quick         # B=8, L=64, d=64
-    PYTHONPATH=src .venv/bin/python scripts/bench_mixers.py --mixers mamba mamba2 --csv bench.csv
+    .venv/bin/python scripts/bench_mixers.py                 # B=64, L=256, d=128
+    .venv/bin/python scripts/bench_mixers.py --quick         # B=8, L=64, d=64
+    .venv/bin/python scripts/bench_mixers.py --mixers mamba mamba2 --csv bench.csv
 
 --csv PATH writes the timing table to PATH and the parameter table to PATH with "_params" before
 the extension. On a loaded machine, each multi-threaded op can wait milliseconds for a
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -31,9 +30,9 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from arrepro.models import LanguageModel, available_mixers, get_mixer  # noqa: E402
+from arrepro.models.backbone import constructor_kwargs  # noqa: E402
 
 PARAM_WIDTHS = (64, 512)
 PARAM_LM = dict(vocab_size=8192, n_layers=2, max_len=64)
@@ -43,10 +42,7 @@ def mixer_kwargs(models: dict, mixer: str) -> tuple[str | None, dict]:
     """The first config model using this mixer: its name and the mixer's constructor kwargs."""
     for name, spec in models.items():
         if spec.get("mixer") == mixer:
-            kwargs = dict(spec.get("mixer_kwargs") or {})
-            if spec.get("position") == "rope" and getattr(get_mixer(mixer), "supports_rope", False):
-                kwargs["rope"] = True
-            return name, kwargs
+            return name, constructor_kwargs(mixer, spec.get("mixer_kwargs"), spec.get("position", "none"))
     return None, {}
 
 
@@ -96,7 +92,7 @@ def count_parameters(models: dict, names: list[str]) -> list[dict]:
             kwargs = dict(spec.get("mixer_kwargs") or {})
             cls = get_mixer(spec["mixer"])
             for d in PARAM_WIDTHS:
-                mk = dict(kwargs, rope=True) if spec.get("position") == "rope" and getattr(cls, "supports_rope", False) else kwargs
+                mk = constructor_kwargs(spec["mixer"], kwargs, spec.get("position", "none"))
                 row[f"mixer_d{d}"] = sum(p.numel() for p in cls(d, max_len=PARAM_LM["max_len"], **mk).parameters())
                 lm = LanguageModel(d_model=d, mixer=spec["mixer"], mixer_kwargs=kwargs, mlp=spec.get("mlp", True),
                                    position=spec.get("position", "none"), **PARAM_LM)

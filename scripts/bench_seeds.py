@@ -17,12 +17,10 @@ import argparse
 import copy
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from arrepro import numerics  # noqa: E402
 

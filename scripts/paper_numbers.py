@@ -19,7 +19,7 @@ if "snakemake" in globals():
 elif __name__ == "__main__":
     import yaml
 
-    from arrepro.grid import Grid
+    from arrepro.checks import load_grid
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="config.yaml")
@@ -27,7 +27,7 @@ elif __name__ == "__main__":
     ap.add_argument("--out-dir", help="default: results/{scale}/paper, where the workflow writes them")
     a = ap.parse_args()
     config = yaml.safe_load(open(a.config))
-    grid = Grid(config, a.scale)
+    grid = load_grid(config, a.scale)
     meta = grid_meta(grid, config)
     exps = list(meta["experiments"])
     out = a.out_dir or f"{grid.out}/paper"

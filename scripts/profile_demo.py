@@ -17,12 +17,10 @@ import argparse
 import collections
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from arrepro import numerics  # noqa: E402
 
@@ -31,7 +29,8 @@ numerics.pin_environment()
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from arrepro.grid import Grid, task_seq_len  # noqa: E402
+from arrepro.checks import load_grid  # noqa: E402
+from arrepro.data import task_seq_len  # noqa: E402
 from arrepro.models import kernels  # noqa: E402
 from arrepro.train import build_model  # noqa: E402
 
@@ -73,7 +72,7 @@ def main() -> None:
     a = ap.parse_args()
     print(numerics.describe(numerics.settle()))
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    grid = Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), a.scale)
+    grid = load_grid(yaml.safe_load((ROOT / "config.yaml").read_text()), a.scale)
     groups = collections.defaultdict(list)
     for cell in grid.all_cells():
         spec = grid.cell_spec(cell.task, cell.model, cell.width, cell.layers, cell.recipe, cell.lr, cell.seed)

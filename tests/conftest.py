@@ -1,4 +1,3 @@
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,8 +8,7 @@ import yaml
 # loaded 2-core machine).
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+ROOT = Path(__file__).resolve().parents[1]  # the package itself is installed (make setup: pip install -e .)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,9 @@ import re
 import pytest
 import yaml
 
-from arrepro.grid import ConfigError, Grid, check_path, mixer_arguments, one_of
+from arrepro.catalogue import mixer_arguments
+from arrepro.checks import check_path, load_grid
+from arrepro.grid import ConfigError, Grid, one_of
 from test_workflow import ROOT, copy_workflow, edit_config, smk
 
 
@@ -129,7 +131,7 @@ def test_grid_refuses_a_cell_or_output_path_outside_results(config):
         c = copy.deepcopy(config)
         make(c)
         with pytest.raises(ConfigError, match=re.escape(key)):
-            Grid(c, "tiny")
+            load_grid(c, "tiny")
 
 
 @pytest.mark.parametrize("path", ["results/../x", "/results/x", "results", "results/a b", "results/a/./b",
@@ -168,7 +170,7 @@ def test_mixer_arguments_are_the_constructors():
 
 def test_every_configured_model_passes(config):
     for scale in config["scales"]:
-        Grid(yaml.safe_load(yaml.safe_dump(config)), scale)
+        load_grid(yaml.safe_load(yaml.safe_dump(config)), scale)
 
 
 # -- learning-rate folder names (issue 11): exact, never shared -------------------------------
@@ -201,4 +203,4 @@ def test_a_learning_rate_given_twice_is_refused(config):
     c = copy.deepcopy(config)
     fig2(c)["grids"][0]["lrs"] = [1.0e-3, 0.001]
     with pytest.raises(ConfigError, match=re.escape("scales.tiny.experiments.fig2.grids[0].lrs")):
-        Grid(c, "tiny")
+        load_grid(c, "tiny")

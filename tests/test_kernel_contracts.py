@@ -18,8 +18,10 @@ import torch
 import yaml
 
 from arrepro.data import save_task
-from arrepro.grid import Grid, task_seq_len
+from arrepro.data import task_seq_len
+from arrepro.grid import Grid
 from arrepro.models import LanguageModel, get_mixer, kernels
+from arrepro.models.backbone import constructor_kwargs
 from arrepro.models.kernels import KernelMixer, paths_used
 from arrepro.models.ops import ShortConv
 from arrepro.train import train_cell
@@ -33,9 +35,7 @@ MODELS = CONFIG["models"]
 
 
 def _mixer_key(spec):
-    kwargs = dict(spec.get("mixer_kwargs", {}))
-    if spec.get("position") == "rope" and getattr(get_mixer(spec["mixer"]), "supports_rope", False):
-        kwargs["rope"] = True
+    kwargs = constructor_kwargs(spec["mixer"], spec.get("mixer_kwargs"), spec.get("position", "none"))
     return spec["mixer"], tuple(sorted(kwargs.items()))
 
 

@@ -12,6 +12,7 @@ import torch
 
 from arrepro.data.mqar import MQARSpec, generate
 from arrepro.models import LanguageModel, get_mixer, kernels
+from arrepro.models.backbone import constructor_kwargs
 from arrepro.models.mixers.mamba import selective_scan
 
 from conftest import config_models
@@ -40,9 +41,7 @@ KERNEL_TOL = 3e-2  # bf16 kernels vs fp32 portable path, max abs error relative 
 
 def build_mixer(name, d=D, max_len=L):
     spec = MODELS[name]
-    kwargs = dict(spec.get("mixer_kwargs", {}))
-    if spec.get("position") == "rope" and getattr(get_mixer(spec["mixer"]), "supports_rope", False):
-        kwargs["rope"] = True
+    kwargs = constructor_kwargs(spec["mixer"], spec.get("mixer_kwargs"), spec.get("position", "none"))
     torch.manual_seed(0)
     return get_mixer(spec["mixer"])(d, max_len=max_len, **kwargs)
 
@@ -306,7 +305,7 @@ def test_cpu_kernel_path_is_recorded_and_a_failed_kernel_falls_back_loudly(monke
 def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
     """The train rule's code digest and the checkpoint fingerprint (grid.train_sources) cover the
     fused CPU kernel a mixer names and what that file imports, for that mixer's cells only."""
-    from arrepro.grid import train_sources
+    from arrepro.catalogue import train_sources
 
     root = Path(__file__).resolve().parents[1]
     kernel = {"src/arrepro/models/cpu_kernels/selective_scan_cpu.py", "src/arrepro/models/cpu_kernels/common.py",

@@ -9,7 +9,9 @@ import re
 import pytest
 
 from arrepro.constraints import names_in
-from arrepro.grid import BACKBONE_ARGS, ConfigError, Grid, _mixer_names, mixer_signature
+from arrepro.catalogue import BACKBONE_ARGS, mixer_names, mixer_signature
+from arrepro.checks import load_grid
+from arrepro.grid import ConfigError
 from test_hostile_config import fig2
 from test_workflow import ROOT
 
@@ -20,7 +22,7 @@ def test_an_inherited_requirement_is_checked(config):
     c["models"]["gated_deltanet"]["mixer_kwargs"]["num_heads"] = 0
     fig2(c)["grids"][0]["models"] = ["gated_deltanet"]
     with pytest.raises(ConfigError, match=re.escape("models.gated_deltanet.mixer_kwargs: num_heads must be")):
-        Grid(c, "tiny")
+        load_grid(c, "tiny")
 
 
 def test_a_gpu_cell_whose_parameters_outgrow_every_gpu_is_refused(config):
@@ -28,12 +30,12 @@ def test_a_gpu_cell_whose_parameters_outgrow_every_gpu_is_refused(config):
     c["scales"]["tiny"]["device"] = "cuda"
     fig2(c)["grids"][0]["widths"] = [2 ** 20]  # 1.3e13 parameters: host memory fits, no GPU does
     with pytest.raises(ConfigError, match="more than any GPU has"):
-        Grid(c, "tiny")
+        load_grid(c, "tiny")
 
 
 def test_every_requirement_reads_only_its_constructors_arguments():
     """A declaration with a typo (a name the constructor does not take) would refuse every config."""
-    for mixer in sorted(_mixer_names()):
+    for mixer in sorted(mixer_names()):
         sig = mixer_signature(mixer, str(ROOT))
         assert sig is not None, mixer
         arguments, requires = sig

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from arrepro.aggregate import best_over_lr
-from arrepro.grid import Grid, task_seq_len
+from arrepro.data import task_seq_len
+from arrepro.grid import Grid
 from arrepro.paper import BEST_COLUMNS, grid_meta, is_replication, manuscript_keys, write_paper_inputs
 from arrepro.tools import apt_install
 

@@ -19,7 +19,7 @@ import yaml
 
 from arrepro.aggregate import read_best_table, read_cells_table
 from arrepro.files import UnreadableFile, write_table
-from arrepro.paper import tex_escape
+from arrepro.tex import tex_escape
 from arrepro.plots import literal
 from arrepro.tables import render_table
 from test_workflow import ROOT, TARGETS, copy_workflow, edit_config, private_copy

@@ -31,7 +31,6 @@ def smk(wd: Path, *args, check=True):
 
 def search_reports(scale="tiny"):
     """The per-search files of a scale (rule search_reports)."""
-    sys.path.insert(0, str(ROOT / "src"))
     from arrepro.grid import Grid
     from arrepro.rounds import Searches
 
@@ -189,7 +188,6 @@ def test_each_figure_pulls_exactly_its_experiments_cells(tmp_path):
     """On the demo scale, with nothing built: a figure's or table's target schedules the
     training of exactly the round-0 cells of its experiment's searches (and a cell two
     experiments share is one job)."""
-    sys.path.insert(0, str(ROOT / "src"))
     from arrepro.grid import Grid
     from arrepro.rounds import Searches, search_cells, start_round
 

@@ -18,7 +18,7 @@ import pandas as pd
 from . import search as S
 from .cellfiles import read_result
 from .files import read_table, write_table
-from .grid import task_seq_len
+from .data import task_seq_len
 
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]

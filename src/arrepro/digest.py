@@ -1,11 +1,18 @@
-"""Digests of what code *does*, not how it is written (pure Python: the Snakefile imports it).
+"""Digests of what code *does*, not how it is written or where it lives (pure Python: the
+Snakefile imports it).
 
-``source_digest`` hashes a Python file's syntax tree with every docstring removed, printed back
-by ``ast.unparse``: comments, docstrings, blank lines and formatting do not change it; any change
-to a statement, name or literal does. A file that is not Python is hashed byte for byte.
-Workflow rules record these digests as params (so a comment edit reruns nothing and a code edit
-reruns exactly the jobs whose sources changed), and a training checkpoint is resumed only if its
-digest matches.
+``source_digest`` hashes what several Python files define, each top-level statement printed back
+by ``ast.unparse`` with every docstring removed: comments, docstrings, blank lines and
+formatting do not change it; any change to a statement, name or literal does. The statements are
+hashed as a set keyed by what they define (a function, a class, an assigned name; any other
+statement by its text), not by file or position, and imports from this package are left out (a
+name they bind is defined in the set): so moving a function from one of the files to another, or
+splitting a module into two that are both in the list, changes nothing, while editing it does.
+Where two files define one name differently, both are kept, each with its file: an import then
+decides which one runs, so moving either is a change. A file that is not Python is hashed byte
+for byte, with its name. Workflow rules record these digests as params (so a comment edit or a
+refactor reruns nothing, and a code edit reruns exactly the jobs whose sources changed), and a
+training checkpoint is resumed only if its digest matches.
 """
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ import functools
 import hashlib
 import os
 from pathlib import Path
+
+PACKAGE = "arrepro"
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -26,32 +35,87 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def normalised_source(path: str | Path) -> bytes:
-    """The file's code without comments, docstrings and formatting (bytes of other files as is)."""
+def _internal_import(node: ast.stmt) -> bool:
+    """An import of this package's own code (relative, or ``arrepro...``)."""
+    if isinstance(node, ast.ImportFrom):
+        return node.level > 0 or (node.module or "").split(".")[0] == PACKAGE
+    if isinstance(node, ast.Import):
+        return all(a.name.split(".")[0] == PACKAGE for a in node.names)
+    return False
+
+
+def _key(node: ast.stmt, text: str) -> str:
+    """What a top-level statement defines: a name, or (for anything else) its own text."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return f"def {node.name}"
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+    if targets and all(isinstance(t, ast.Name) for t in targets):
+        return "name " + ",".join(t.id for t in targets)
+    return "stmt " + text
+
+
+def statements(path: str | Path) -> list[tuple[str, str]]:
+    """(key, code) of each top-level statement of a Python file (docstrings, comments and
+    formatting gone; imports of this package left out); a file that is not Python, or not valid
+    Python, is one entry of its bytes."""
     data = Path(path).read_bytes()
-    if not str(path).endswith(".py"):
-        return data
-    try:
-        tree = ast.parse(data, filename=str(path))
-    except SyntaxError:  # not valid Python: a change to any byte counts
-        return data
-    return ast.unparse(_strip_docstrings(tree)).encode()
+    if str(path).endswith(".py"):
+        try:
+            tree = _strip_docstrings(ast.parse(data, filename=str(path)))
+        except SyntaxError:  # not valid Python: a change to any byte counts
+            tree = None
+        if tree is not None:
+            out, seen = [], {}
+            for node in tree.body:
+                if _internal_import(node) or isinstance(node, ast.Pass):
+                    continue
+                text = ast.unparse(node)
+                key = _key(node, text)
+                seen[key] = seen.get(key, 0) + 1  # a name bound twice in a file: the order counts
+                out.append((key if seen[key] == 1 else f"{key}#{seen[key]}", text))
+            return out
+    return [(f"file {Path(path).name}", hashlib.sha1(data).hexdigest())]
+
+
+def normalised_source(path: str | Path) -> bytes:
+    """The file's code without comments, docstrings, formatting and package imports."""
+    return "\n".join(text for _, text in statements(path)).encode()
 
 
 @functools.lru_cache(maxsize=None)
-def _file_digest(path: str, mtime_ns: int, size: int) -> str:
-    return hashlib.sha1(normalised_source(path)).hexdigest()
+def _statements(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+    return tuple(statements(path))
+
+
+def _cached(path: Path) -> tuple[tuple[str, str], ...]:
+    st = os.stat(path)
+    return _statements(str(path), st.st_mtime_ns, st.st_size)
 
 
 def file_digest(path: str | Path) -> str:
-    """Digest of one file's normalised source (memoised on its path, mtime and size)."""
-    st = os.stat(path)
-    return _file_digest(str(path), st.st_mtime_ns, st.st_size)
+    """Digest of one file's code as ``statements`` reads it (memoised on its path, mtime and size):
+    a data file's bytes."""
+    h = hashlib.sha1()
+    for key, text in _cached(Path(path)):
+        h.update(key.encode() + b"\0" + text.encode() + b"\0")
+    return h.hexdigest()
 
 
 def source_digest(paths, root: str | Path = ".") -> str:
-    """One digest for several files (relative to ``root``), in the order given, each with its name."""
-    h = hashlib.sha1()
+    """One digest for what several files (relative to ``root``) define, wherever each definition
+    lives among them (see the module's docstring)."""
+    entries: dict[str, set[str]] = {}
+    by_file: list[tuple[str, str, str]] = []
     for p in paths:
-        h.update(str(p).encode() + b"\0" + file_digest(Path(root) / p).encode() + b"\0")
+        for key, text in _cached(Path(root) / p):
+            entries.setdefault(key, set()).add(text)
+            by_file.append((key, text, str(p)))
+    # a name defined differently in two places: keep each with its file (which one runs is decided
+    # by an import, which is not in the digest)
+    final = sorted(f"{key}\0{text}\0" + (f"{path}\0" if len(entries[key]) > 1 else "")
+                   for key, text, path in by_file)
+    h = hashlib.sha1()
+    for line in dict.fromkeys(final):  # the same statement twice (a shared constant) counts once
+        h.update(line.encode())
     return h.hexdigest()[:16]

@@ -249,8 +249,10 @@ def markdown(config: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def latex(config: dict, escape: Callable[[str], str]) -> str:
-    """A longtable (the paper's appendix); ``escape`` is the paper's TeX escaping."""
+def latex(config: dict) -> str:
+    """A longtable (the paper's appendix)."""
+    from .tex import tex_escape as escape
+
     out = [r"\begin{longtable}{>{\raggedright}p{0.15\linewidth}>{\raggedright}p{0.13\linewidth}"
            r">{\raggedright}p{0.09\linewidth}>{\raggedright}p{0.09\linewidth}>{\raggedright}p{0.07\linewidth}"
            r">{\raggedright}p{0.16\linewidth}>{\raggedright\arraybackslash}p{0.19\linewidth}}",
@@ -273,9 +275,7 @@ def main() -> None:
     if a.format == "markdown":
         print(markdown(config), end="")
     else:
-        from .paper import tex_escape
-
-        print(latex(config, tex_escape), end="")
+        print(latex(config), end="")
 
 
 if __name__ == "__main__":

@@ -58,9 +58,9 @@ def check_spec(config: dict, model: str, *, width: int, layers: int, steps: int,
                precision: str, scale: str = "paper") -> dict:
     """The cell spec of one check cell: the scale's first MQAR task and the recipe of its first
     experiment grid, shortened to ``steps`` steps of one epoch."""
-    from .grid import Grid
+    from .checks import load_grid
 
-    grid = Grid(config, scale)
+    grid = load_grid(config, scale)
     first = next(iter(grid.experiments.values()))["grids"][0]
     task = next(t for t in grid.task_names.values() if grid.tasks[t].get("kind", "mqar") == "mqar")
     spec = dict(grid.cell_spec(task, model, width, layers, grid.recipe_names[first["recipe"]],

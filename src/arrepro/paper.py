@@ -19,7 +19,7 @@ A missing column fails loudly; a model an experiment does not train reads "n/a".
 """
 from __future__ import annotations
 
-import math
+
 import re
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORM
                             present, rules_text, window_of)
 from arrepro.aggregate import WINDOW
 from arrepro.grid import architecture
+from arrepro.tex import fmt_count, fmt_int, pct, pct_pm, tex_escape, tex_lr
 
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
                 "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_lrs", "parameters"]
@@ -41,47 +42,6 @@ GOOD_TEXT = f"{100 * GOOD:g}\\%"
 METRIC_NAMES = {"final_accuracy": "the test accuracy after the last epoch",
                 "best_accuracy": "the best test accuracy over epochs",
                 "final_exact_match": "the fraction of test sequences reproduced exactly after the last epoch"}
-
-
-# --------------------------------------------------------------------------- formatting
-# Text from the config (titles, series' names, labels) is typeset as written. '$' is the math font's
-# dollar: LaTeX's \$ in text is \textdollar, from the TS1 fonts, which Debian's texlive-fonts-recommended
-# has only as bitmaps, and microtype's font expansion then stops pdflatex ("auto expansion is only
-# possible with scalable fonts"). '<', '>' and '|' in OT1 text would print as other glyphs.
-TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\ensuremath{\mathdollar}", "#": r"\#", "_": r"\_",
-               "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
-               "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "≥": r"$\geq$", "≤": r"$\leq$",
-               "×": r"$\times$", "±": r"$\pm$", "–": "--", "—": "---", "−": r"$-$"}
-
-
-def tex_escape(s) -> str:
-    return "".join(TEX_SPECIAL.get(ch, ch) for ch in str(s))
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:.1f}\\%"
-
-
-def pct_pm(mean: float, std: float) -> str:
-    return f"{100 * mean:.1f}\\,$\\pm$\\,{100 * std:.1f}\\%"
-
-
-def fmt_lr(x: float) -> str:
-    e = math.floor(math.log10(x) + 1e-9)
-    m = x / 10 ** e
-    return f"$10^{{{e}}}$" if abs(m - 1) < 5e-3 else f"${m:.3g}\\times10^{{{e}}}$"
-
-
-def fmt_count(n: float) -> str:
-    n = float(n)
-    for unit, div in (("M", 1e6), ("k", 1e3)):
-        if n >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.0f}"
-
-
-def fmt_int(n) -> str:
-    return "--" if pd.isna(n) else f"{int(n):,}"
 
 
 # --------------------------------------------------------------------------- reading
@@ -139,7 +99,7 @@ def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_
     s = {}
     top, low = best.loc[best["mean"].idxmax()], best.loc[best["mean"].idxmin()]
     s.update(max=pct(top["mean"]), maxpm=pct_pm(top["mean"], top["std"]), maxwidth=fmt_int(top["width"]),
-             maxlayers=fmt_int(top["layers"]), maxlen=fmt_int(top["seq_len"]), maxlr=fmt_lr(top["best_lr"]),
+             maxlayers=fmt_int(top["layers"]), maxlen=fmt_int(top["seq_len"]), maxlr=tex_lr(top["best_lr"]),
              maxparams=fmt_count(top["parameters"]), min=pct(low["mean"]), minwidth=fmt_int(low["width"]),
              minlen=fmt_int(low["seq_len"]), solved=fmt_int((best["mean"] >= GOOD).sum()),
              settings=fmt_int(len(best)))
@@ -221,7 +181,7 @@ class Results:
                         f"{self.name}/best/layers": fmt_int(top["layers"]), f"{self.name}/best/len": fmt_int(top["seq_len"]),
                         f"{self.name}/best/acc": pct(top["mean"]),
                         f"{self.name}/layers": ", ".join(str(n) for n in sorted(main["layers"].unique())),
-                        f"{self.name}/reflrs": ", ".join(fmt_lr(x) for x in self.reference_lrs) or NA})
+                        f"{self.name}/reflrs": ", ".join(tex_lr(x) for x in self.reference_lrs) or NA})
         for part, prefix in (("main", ""), ("zoo", "zoo/")):
             c = self.rows(part=part, cells=True)
             if not c.empty:
@@ -314,7 +274,7 @@ def paper_scale_summary(paper: dict | None) -> str:
 
 def _lrs_text(lrs) -> str:
     lrs = sorted(float(x) for x in lrs)
-    return f"{len(lrs)} from {fmt_lr(lrs[0])} to {fmt_lr(lrs[-1])}" if len(lrs) > 1 else fmt_lr(lrs[0])
+    return f"{len(lrs)} from {tex_lr(lrs[0])} to {tex_lr(lrs[-1])}" if len(lrs) > 1 else tex_lr(lrs[0])
 
 
 def searched(g: dict, meta: dict) -> dict | None:
@@ -340,8 +300,8 @@ def grid_lrs_text(g: dict, meta: dict) -> str:
     seeds = "every seed" if d["search_seeds"] == "all" else f"the first {d['search_seeds']} seed(s)"
     if not d["rounds"]:
         return f"search \\emph{{{tex_escape(g['search'])}}}: {_lrs_text(start)} on {seeds}, no refinement"
-    return (f"search \\emph{{{tex_escape(g['search'])}}}: start {_lrs_text(start)}, within {fmt_lr(lo)} to "
-            f"{fmt_lr(hi)}, to {d['resolution']:g} decades, at most {d['rounds']} rounds of {d['per_round']}, on "
+    return (f"search \\emph{{{tex_escape(g['search'])}}}: start {_lrs_text(start)}, within {tex_lr(lo)} to "
+            f"{tex_lr(hi)}, to {d['resolution']:g} decades, at most {d['rounds']} rounds of {d['per_round']}, on "
             f"{seeds}{', window resolved' if d['window'] else ''}")
 
 
@@ -370,7 +330,7 @@ def protocol_text(meta: dict) -> str:
         d = {**searched({"search": n}, meta)}
         start = d.get("start")
         start_txt = "the grid's own learning rates" if start is None else _lrs_text(lr_grid({"lrs": start}, meta["lr_grids"]))
-        rng = f", range {fmt_lr(d['range'][0])} to {fmt_lr(d['range'][1])}" if "range" in d else ""
+        rng = f", range {tex_lr(d['range'][0])} to {tex_lr(d['range'][1])}" if "range" in d else ""
         seeds = "every seed" if d["search_seeds"] == "all" else f"{d['search_seeds']} seed(s)"
         parts.append(f"\\emph{{{tex_escape(n)}}}: start {start_txt}{rng}, resolution {d['resolution']:g} decades, "
                      f"at most {d['rounds']} rounds of {d['per_round']}, search on {seeds}"
@@ -438,7 +398,7 @@ def fidelity_tex(meta: dict) -> str:
     config = {"models": meta["models"], "lr_grids": meta["lr_grids"], "aggregate": {"metric": meta["metric"]},
               "scales": {"paper": meta["paper_scale"]}, "lr_protocol": meta.get("lr_protocol", "search"),
               "lr_searches": meta.get("lr_searches", {})}
-    return fidelity.latex(config, tex_escape)
+    return fidelity.latex(config)
 
 
 # --------------------------------------------------------------------------- the manuscript's keys

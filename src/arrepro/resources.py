@@ -93,7 +93,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from .grid import CELL_PATTERN, task_seq_len
+from .data import task_seq_len
+from .grid import CELL_PATTERN
 
 # ------------------------------------------------------------------------------ constants
 MAX_RUNTIME_MIN = 24 * 60  # a retry never asks for more than this; raise it if your partition allows
@@ -456,7 +457,7 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
 
     import yaml
 
-    from .grid import Grid
+    from .checks import load_grid
 
     ap = argparse.ArgumentParser(prog="python -m arrepro.resources",
                                  description="Print what a scale of config.yaml asks a cluster for: the learning-rate "
@@ -470,7 +471,7 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
     ap.add_argument("--cells-per-gpu", type=_at_least_one, default=4, metavar="N",
                     help="also plan N grouped cells sharing a GPU (the profile's CELLS_PER_GPU; default 4)")
     a = ap.parse_args(argv)
-    grid = Grid(yaml.safe_load(Path(a.config).read_text()), a.scale)
+    grid = load_grid(yaml.safe_load(Path(a.config).read_text()), a.scale)
     if a.json:
         print(json.dumps(protocol_plan(grid, 1, a.protocol), indent=1))
         return

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .tex import literal_tex
+
 
 def _pm(mean: float, std: float) -> str:
     return f"{mean:.2f} ± {std:.2f}"
@@ -22,16 +24,6 @@ def _save(df: pd.DataFrame, csv_path, tex_path, caption_note: str, scale: str) -
     body = body.replace(r"\end{tabular}", note + "\n" + r"\end{tabular}")
     with open(tex_path, "w") as f:
         f.write(body)
-
-
-def literal_tex(body: str) -> str:
-    """pandas' escaped LaTeX with the characters it leaves to the font typeset as written
-    (arrepro.paper.TEX_SPECIAL: '$' in the math font, '<', '>', '|')."""
-    from .paper import TEX_SPECIAL
-
-    for ch in "<>|":
-        body = body.replace(ch, TEX_SPECIAL[ch])
-    return body.replace(r"\$", TEX_SPECIAL["$"])
 
 
 def _model_label(models: dict, name: str) -> str:

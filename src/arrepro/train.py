@@ -40,7 +40,7 @@ import torch
 from . import numerics
 from .cellfiles import CHECKPOINT, METRICS, RESULT, CellBusy, CellLock, metrics_text, seal
 from .digest import file_digest, source_digest
-from .grid import DATA_SOURCES, train_sources
+from .catalogue import DATA_SOURCES, train_sources
 from .models import LanguageModel
 from .models.kernels import describe_paths, kernels_enabled, paths_used
 

@@ -8,8 +8,8 @@ AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/search.py", "src/
 
 rule aggregate:
     output:
-        cells=f"{OUT}/tables/{{exp}}_cells.csv",
-        best=f"{OUT}/tables/{{exp}}_best.csv",
+        cells=GRID.table("{exp}", "cells"),
+        best=GRID.table("{exp}", "best"),
     input:
         # the last plan of each group the experiment's searches run in, and every cell they trained
         plans=lambda wc: [lr_rounds.plan_path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.experiment_groups(wc.exp)],
@@ -33,11 +33,11 @@ rule aggregate:
 # would cost Snakemake over a minute to plan at the paper scale.
 rule cells_table:
     output:
-        f"{OUT}/tables/cells.csv",
+        GRID.cells_table,
     log:
         f"{OUT}/logs/aggregate/cells.log",
     input:
-        tables=[f"{OUT}/tables/{e}_cells.csv" for e in EXPERIMENTS],
+        tables=expand(rules.aggregate.output.cells, exp=EXPERIMENTS),
     params:
         code=AGGREGATE_CODE,
     conda:

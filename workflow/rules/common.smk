@@ -6,17 +6,16 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+from arrepro import resources as cluster  # wall time, memory, groups and GPU packs of a cell
 from arrepro import rounds as lr_rounds
 from arrepro.cellfiles import CellBusy, start_over
 from arrepro.digest import source_digest
-from arrepro.grid import CELL_PATTERN, ConfigError, DATA_SOURCES, Grid, one_of, prepare_job_environment, train_sources
-
-# Jobs find the package and the interpreter running this workflow (a conda env, when one is
-# used, is activated in front of it).
-prepare_job_environment(ROOT)
+from arrepro.catalogue import DATA_SOURCES, train_sources
+from arrepro.checks import load_grid
+from arrepro.grid import CELL_PATTERN, ConfigError, one_of
 
 try:
-    GRID = Grid(config)
+    GRID = load_grid(config)
 except (ConfigError, KeyError) as err:
     raise WorkflowError(f"config.yaml: {err}")
 
@@ -83,7 +82,7 @@ def figure_inputs(wc):
     cells' metrics.jsonl, which the cells' train jobs wrote with the result.json files the
     aggregate job read: the tables are newer than them."""
     exp = GRID.experiments[wc.exp]
-    inputs = {"cells": f"{OUT}/tables/{wc.exp}_cells.csv", "best": f"{OUT}/tables/{wc.exp}_best.csv"}
+    inputs = {"cells": GRID.table(wc.exp, "cells"), "best": GRID.table(wc.exp, "best")}
     if "published" in exp:
         inputs["published"] = exp["published"]
     return inputs

@@ -31,8 +31,8 @@ rule table:
         csv=report(f"{OUT}/{{exp}}.csv", caption="../report/table.rst", category="Tables", labels={"experiment": "{exp}"}),
         tex=f"{OUT}/{{exp}}.tex",
     input:
-        cells=f"{OUT}/tables/{{exp}}_cells.csv",
-        best=f"{OUT}/tables/{{exp}}_best.csv",
+        cells=rules.aggregate.output.cells,
+        best=rules.aggregate.output.best,
     params:
         code=code("src/arrepro/tables.py", "src/arrepro/files.py", "scripts/make_table.py"),
         table=lambda wc: GRID.experiments[wc.exp]["table"],

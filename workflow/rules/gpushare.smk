@@ -3,7 +3,6 @@
 # Slurm job the executor plugin runs one connected component of the group at a time, so N cells
 # share a GPU only as one component: the `gpu_pack` marker below takes them as input and joins
 # them (src/arrepro/resources.py explains what Snakemake does with it). N = 1: no packs, no change.
-from arrepro import resources as cluster  # noqa: E402
 
 try:
     CELLS_PER_GPU = cluster.cells_per_gpu_of(config)

@@ -11,8 +11,8 @@ rule paper_numbers:
         numbers=f"{OUT}/paper/numbers.tex",
         setup=f"{OUT}/paper/setup.tex",
     input:
-        best=[f"{OUT}/tables/{e}_best.csv" for e in EXPERIMENTS],
-        cells=[f"{OUT}/tables/{e}_cells.csv" for e in EXPERIMENTS],
+        best=expand(rules.aggregate.output.best, exp=EXPERIMENTS),
+        cells=expand(rules.aggregate.output.cells, exp=EXPERIMENTS),
         # read for its \R{key}s: one that numbers.tex cannot define fails here, naming the key
         tex="paper/main.tex",
     params:

@@ -5,7 +5,7 @@
 # damaged one is moved aside, so that it is rebuilt). No rules here.
 from arrepro import preflight  # noqa: E402
 
-preflight.before_dag(workflow, GRID.tasks, [t for e in EXPERIMENTS for t in GRID.tables(e)] + [f"{OUT}/tables/cells.csv"])
+preflight.before_dag(workflow, GRID.tasks, [t for e in EXPERIMENTS for t in GRID.tables(e)] + [GRID.cells_table])
 
 
 # Record the checksums of the datasets this run wrote (the next run's start checks them).

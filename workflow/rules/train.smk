@@ -3,7 +3,6 @@
 # cells, a comment edit nothing.
 
 
-from arrepro import resources as cluster  # noqa: E402  (wall time, memory, groups of a cell)
 
 
 rule train:

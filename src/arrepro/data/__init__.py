@@ -1,6 +1,8 @@
 """Synthetic tasks. ``make_task(task_def)`` builds the train and test splits of a config task."""
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,17 @@ def task_spec(task: dict):
 
         return CopySpec(**{k: v for k, v in task.items() if k in CopySpec.__dataclass_fields__})
     raise ValueError(f"task kind: unknown {kind!r}")
+
+
+def task_seq_len(task: dict) -> int:
+    """The length of a task's model inputs: MQAR's ``seq_len``; the copy task's padded example
+    (``CopySpec.seq_len``, which depends on ``max_len``). Memoised: the workflow asks for every cell."""
+    return _seq_len(json.dumps(task, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _seq_len(task_json: str) -> int:
+    return int(task_spec(json.loads(task_json)).seq_len)
 
 
 def make_task(task: dict) -> dict[str, dict[str, np.ndarray]]:

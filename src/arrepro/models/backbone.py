@@ -43,6 +43,15 @@ class Block(nn.Module):
         return x
 
 
+def constructor_kwargs(mixer: str, kwargs: dict | None, position: str) -> dict:
+    """A mixer's constructor arguments for a model's position scheme: rotary positions go inside
+    a mixer that has queries and keys (``supports_rope``), else on the embeddings (the backbone)."""
+    out = dict(kwargs or {})
+    if position == "rope" and getattr(get_mixer(mixer), "supports_rope", False):
+        out["rope"] = True
+    return out
+
+
 class LanguageModel(nn.Module):
     def __init__(self, *, vocab_size: int, d_model: int, n_layers: int, max_len: int, mixer: str,
                  mixer_kwargs: dict | None = None, mlp: bool = True, mlp_ratio: int = 4,
@@ -51,12 +60,9 @@ class LanguageModel(nn.Module):
         if position not in POSITIONS:
             raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
         cls = get_mixer(mixer)
-        kwargs = dict(mixer_kwargs or {})
+        kwargs = constructor_kwargs(mixer, mixer_kwargs, position)
         self.position = position
-        # rotary: inside the mixer where it has queries and keys, else on the embeddings
-        self.rope_on_embeddings = position == "rope" and not getattr(cls, "supports_rope", False)
-        if position == "rope" and not self.rope_on_embeddings:
-            kwargs["rope"] = True
+        self.rope_on_embeddings = position == "rope" and "rope" not in kwargs
         self.embed = nn.Embedding(vocab_size, d_model)
         if position == "learned":
             self.pos_embed = nn.Embedding(max_len, d_model)

@@ -22,10 +22,11 @@ Optional method ``reset_special_parameters()`` runs after the backbone's generic
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Callable
 
 from torch import nn
+
+from ..catalogue import mixer_names
 
 MIXERS: dict[str, type[nn.Module]] = {}
 
@@ -59,6 +60,6 @@ def get_mixer(name: str) -> type[nn.Module]:
 
 
 def available_mixers() -> list[str]:
-    here = os.path.join(os.path.dirname(__file__), "mixers")
-    return sorted(f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_"))
+    """Every mixer: one file each under models/mixers (arrepro.catalogue)."""
+    return sorted(mixer_names() or ())
 

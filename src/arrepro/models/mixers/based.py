@@ -61,7 +61,8 @@ REQUIRES = (
     ("isinstance(num_heads, int) and num_heads >= 1", "num_heads must be a whole number >= 1"),
     ("d_model % num_heads == 0", "the width must be a multiple of num_heads"),
     ("isinstance(feature_dim, int) and feature_dim >= 1", "feature_dim must be a whole number >= 1"),
-    ("isinstance(conv_size, int) and conv_size >= 1", "conv_size must be a whole number >= 1"),
+    ("conv_size is None or (isinstance(conv_size, int) and conv_size >= 1)",
+     "conv_size must be a whole number >= 1, or null for no convolution"),
 )
 
 
@@ -75,11 +76,11 @@ class Based(KernelMixer):
     chunk_size = 512
 
     def __init__(self, d_model: int, *, max_len: int, feature_dim: int = 16, num_heads: int = 1,
-                 conv_size: int = 3, eps: float = 1e-6):
+                 conv_size: int | None = 3, eps: float = 1e-6):
         super().__init__()
         require(REQUIRES, locals())
         self.h, self.f, self.dv, self.eps, self.max_len = num_heads, feature_dim, d_model // num_heads, eps, max_len
-        self.conv = ShortConv(d_model, conv_size)
+        self.conv = None if conv_size is None else ShortConv(d_model, conv_size)  # None: the input as it is
         self.q_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)
         self.k_proj = nn.Linear(d_model, num_heads * feature_dim, bias=False)
         self.v_proj = nn.Linear(d_model, d_model, bias=False)
@@ -87,13 +88,14 @@ class Based(KernelMixer):
 
     @staticmethod
     def expected_parameters(d_model: int, *, max_len: int, feature_dim: int = 16, num_heads: int = 1,
-                            conv_size: int = 3, **_) -> int:
+                            conv_size: int | None = 3, **_) -> int:
         """q, k: d x (H F); v, out: d x d (all bias-free); depthwise conv: d x conv_size + d bias."""
-        return 2 * d_model * num_heads * feature_dim + 2 * d_model * d_model + d_model * conv_size + d_model
+        conv = 0 if conv_size is None else d_model * conv_size + d_model
+        return 2 * d_model * num_heads * feature_dim + 2 * d_model * d_model + conv
 
     # ---- shared pieces -------------------------------------------------------------------
     def _qkv(self, x: torch.Tensor, conv_path: str):
-        u = getattr(self.conv, conv_path)(x)
+        u = x if self.conv is None else getattr(self.conv, conv_path)(x)
         B, L, _ = x.shape
         q = self.q_proj(u).view(B, L, self.h, self.f).transpose(1, 2)  # (B, H, L, F)
         k = self.k_proj(u).view(B, L, self.h, self.f).transpose(1, 2)

@@ -25,15 +25,6 @@ from ..registry import register
 from .based import Based
 
 
-class _NoConv(nn.Module):
-    """Stands in for Based's input convolution: every path is the identity."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    forward_portable = forward_kernel = forward_reference = forward
-
-
 # The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
 # by arrepro.grid, which reads this literal with ast, and by the constructor)
 REQUIRES = (
@@ -58,8 +49,7 @@ class BasedHybrid(nn.Module):
             self.conv = ShortConv(d_model, conv_size)
             self.projection = nn.Linear(d_model, d_model)
         else:
-            self.based = Based(d_model, max_len=max_len, feature_dim=feature_dim, num_heads=num_heads)
-            self.based.conv = _NoConv()
+            self.based = Based(d_model, max_len=max_len, feature_dim=feature_dim, num_heads=num_heads, conv_size=None)
 
     @staticmethod
     def expected_parameters(d_model: int, *, max_len: int, layer_idx: int = 0, feature_dim: int = 8,
@@ -68,8 +58,8 @@ class BasedHybrid(nn.Module):
         count without its convolution."""
         if layer_idx % 2 == 0:
             return d_model * conv_size + d_model + d_model * d_model + d_model
-        with_conv = Based.expected_parameters(d_model, max_len=max_len, feature_dim=feature_dim, num_heads=num_heads)
-        return with_conv - (d_model * 3 + d_model)  # Based's default conv_size is 3
+        return Based.expected_parameters(d_model, max_len=max_len, feature_dim=feature_dim, num_heads=num_heads,
+                                         conv_size=None)
 
     def _base_conv(self, x: torch.Tensor, path: str) -> torch.Tensor:
         return getattr(self.conv, path)(x) * self.projection(x) + x

@@ -1,0 +1,155 @@
+"""The config checks beyond the schema: every value a job would fail on, refused before any job
+and named by its key (``ConfigError``), and every path built from config names kept under
+results/ (``check_path``). ``load_grid`` builds a scale's ``Grid`` and checks it."""
+from __future__ import annotations
+
+import itertools
+import math
+import posixpath
+import re
+
+from .catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
+from .constraints import names_in, unmet
+from .data import task_seq_len, task_spec
+from .grid import ConfigError, Grid
+from .resources import memory_problem
+
+
+def load_grid(config: dict, scale: str | None = None) -> Grid:
+    """The grid of a scale of ``config`` (the config's ``scale`` by default), checked
+    (``check_grid``): what every entry point builds (the Snakefile, the command-line tools)."""
+    grid = Grid(config, scale)
+    check_grid(grid)
+    return grid
+
+
+# one folder name of a path built from config: no '/', no leading '.' or '-', no spaces, quotes
+# or shell syntax (config names are letters, digits, '_' and '-'; a formatted lr adds '.' and '+')
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def check_path(path: str, key: str, root: str | None = "results") -> str:
+    """``path`` itself if it is a relative, normalised path (under ``root/`` when one is given)
+    whose every folder name is plain (``PLAIN_NAME``): no ``..``, no absolute path, no space,
+    quote or shell syntax. Else a ConfigError naming ``key``. Every path the workflow builds from
+    config names passes here (``Grid._check_paths``)."""
+    parts = path.split("/")
+    if (posixpath.normpath(path) != path or (root is not None and (parts[0] != root or len(parts) < 2))
+            or not all(PLAIN_NAME.fullmatch(p) for p in parts)):
+        where = f"under {root}/" if root else "inside the repository"
+        raise ConfigError(f"{key}: the path {path!r} is not a plain path {where} "
+                          "(names: letters, digits, '_' and '-')")
+    return path
+
+
+def check_finite(obj, key: str = "") -> None:
+    """Refuse NaN and infinite numbers anywhere in ``obj`` (the schema's number type admits
+    YAML's .inf and .nan), naming the key."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ConfigError(f"{key}: {obj} is not a finite number")
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            check_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            check_finite(v, f"{key}[{i}]")
+
+
+def check_grid(grid) -> None:
+    """Everything about a scale that the schema cannot check, naming the key: references
+    between its parts, the tasks' own limits, the mixers' arguments and requirements at every
+    width, batch sizes, sizes a machine can hold, and every path built from its names."""
+    check_finite(grid.config)
+    on_disk = mixer_names()
+    root = str(ROOT)
+    for name, m in grid.models.items():
+        if on_disk is not None and m["mixer"] not in on_disk:
+            raise ConfigError(f"models.{name}.mixer: unknown mixer {m['mixer']!r}; known: {sorted(on_disk)}")
+        accepted = mixer_arguments(m["mixer"], root) if on_disk is not None else None
+        for k in m.get("mixer_kwargs", {}):
+            if accepted is not None and k not in accepted:
+                raise ConfigError(f"models.{name}.mixer_kwargs.{k}: mixer {m['mixer']!r} takes no argument "
+                                  f"{k!r}; it takes: {', '.join(sorted(accepted)) or 'none'}")
+    base = f"scales.{grid.scale_name}"
+
+    for name, t in grid.scale["tasks"].items():
+        try:
+            task_spec(t).validate()
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{base}.tasks.{name}: {err}") from None
+    for exp, e in grid.experiments.items():
+        kind = "plot" if exp.startswith("fig") else "table"
+        if kind not in e:
+            raise ConfigError(f"{base}.experiments.{exp}: a {exp[:3]}* experiment needs a '{kind}' key")
+        for i, g in enumerate(e["grids"]):
+            where = f"{base}.experiments.{exp}.grids[{i}]"
+            for key, known in (("tasks", grid.task_names), ("models", grid.models)):
+                for v in g[key]:
+                    if v not in known:
+                        raise ConfigError(f"{where}.{key}: unknown {key[:-1]} {v!r}; known: {sorted(known)}")
+            if g["recipe"] not in grid.recipe_names:
+                raise ConfigError(f"{where}.recipe: unknown recipe {g['recipe']!r}; known: {sorted(grid.recipe_names)}")
+            grid.lrs(g, where)
+            recipe = grid.scale["recipes"][g["recipe"]]
+            for t in g["tasks"]:
+                task = grid.scale["tasks"][t]
+                bs = grid.batch_size(recipe, task, f"{base}.recipes.{g['recipe']}")
+                if bs > task["n_train"]:
+                    raise ConfigError(f"{base}.recipes.{g['recipe']}.batch_size: {bs} exceeds the {task['n_train']} "
+                                      f"training examples of task {t} ({where})")
+    _check_models(grid, root if on_disk is not None else None)
+    _check_paths(grid)
+
+def _check_models(grid, root: str | None) -> None:
+    """Each model of each grid at each of its widths, depths and tasks: the requirements its
+    mixer declares (``REQUIRES``, read with ast: arrepro.constraints), e.g. ``num_heads >= 1``
+    and a width that ``num_heads`` divides, and a size some machine can hold
+    (``resources.memory_problem``). Refused here, naming the key, not inside a job."""
+
+    base = f"scales.{grid.scale_name}"
+    seen = set()
+    for exp, e in grid.experiments.items():
+        for i, g in enumerate(e["grids"]):
+            where = f"{base}.experiments.{exp}.grids[{i}]"
+            for t, m, w, nl in itertools.product(g["tasks"], g["models"], g["widths"], g["layers"]):
+                if (t, m, w, nl, g["recipe"]) in seen:
+                    continue
+                seen.add((t, m, w, nl, g["recipe"]))
+                model = grid.models[m]
+                kwargs = model.get("mixer_kwargs", {})
+                sig = mixer_signature(model["mixer"], root) if root is not None else None
+                if sig is not None:
+                    values = {k: v for k, v in sig[0].items() if v is not NO_DEFAULT}
+                    values.update(kwargs, d_model=w, max_len=task_seq_len(grid.scale["tasks"][t]))
+                    problem = unmet(sig[1], values)
+                    if problem and not {"d_model", "max_len"} & set(names_in(problem[0])):
+                        raise ConfigError(f"models.{m}.mixer_kwargs: {problem[1]}")
+                    if problem:
+                        raise ConfigError(f"{where}.widths: model {m!r} at width {w}: {problem[1]} "
+                                          f"(models.{m}.mixer_kwargs: {kwargs})")
+                cell = grid.cell(t, m, w, nl, g["recipe"], grid.lrs(g)[0], 0)
+                spec = grid.cell_spec(cell.task, m, w, nl, cell.recipe, cell.lr, 0)
+                problem = memory_problem(spec)
+                if problem:
+                    raise ConfigError(f"{where}.widths: model {m!r} at width {w}, {nl} layer(s): {problem}")
+
+def _check_paths(grid) -> None:
+    """Every path built from config names stays under results/ (check_path): the data and
+    cell folders, each experiment's outputs; a published CSV stays inside the repository."""
+    base = f"scales.{grid.scale_name}"
+    check_path(grid.out, "scale")
+    for name, tid in grid.task_names.items():
+        check_path(f"results/data/{tid}", f"{base}.tasks.{name}")
+    seen = set()
+    for exp, e in grid.experiments.items():
+        for name in grid.outputs(exp):
+            check_path(name, f"{base}.experiments.{exp}")
+        if "published" in e:
+            check_path(e["published"], f"{base}.experiments.{exp}.published", root=None)
+        for i, g in enumerate(e["grids"]):
+            for t, m, lr in itertools.product(g["tasks"], g["models"], grid.lrs(g)):
+                key = (t, m, g["recipe"], lr)
+                if key not in seen:
+                    seen.add(key)
+                    cell = grid.cell(t, m, 1, 1, g["recipe"], lr, 0)
+                    check_path(cell.path, f"{base}.experiments.{exp}.grids[{i}]")
