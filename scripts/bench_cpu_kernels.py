@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from arrepro import numerics  # noqa: E402
+from arrepro import defaults, numerics  # noqa: E402
 
 numerics.pin_environment()  # before torch's import, as a training cell
 
@@ -120,8 +120,8 @@ def scan_inputs(m, x):
 def train_step(spec, B, L, d, portable: bool):
     torch.manual_seed(0)
     lm = LanguageModel(vocab_size=128, d_model=d, n_layers=1, max_len=L, mixer=spec["mixer"],
-                       mixer_kwargs=spec.get("mixer_kwargs", {}), mlp=spec.get("mlp", True),
-                       position=spec.get("position", "none"))
+                       mixer_kwargs=defaults.model(spec)["mixer_kwargs"], mlp=defaults.model(spec)["mlp"],
+                       position=defaults.model(spec)["position"])
     opt = torch.optim.AdamW(lm.parameters(), lr=1e-3, fused=True)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 128, (B, L), generator=g)

@@ -31,6 +31,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from arrepro import defaults  # noqa: E402
 from arrepro.models import LanguageModel, available_mixers, get_mixer  # noqa: E402
 from arrepro.models.backbone import constructor_kwargs  # noqa: E402
 
@@ -42,7 +43,7 @@ def mixer_kwargs(models: dict, mixer: str) -> tuple[str | None, dict]:
     """The first config model using this mixer: its name and the mixer's constructor kwargs."""
     for name, spec in models.items():
         if spec.get("mixer") == mixer:
-            return name, constructor_kwargs(mixer, spec.get("mixer_kwargs"), spec.get("position", "none"))
+            return name, constructor_kwargs(mixer, spec.get("mixer_kwargs"), defaults.model(spec)["position"])
     return None, {}
 
 
@@ -92,10 +93,10 @@ def count_parameters(models: dict, names: list[str]) -> list[dict]:
             kwargs = dict(spec.get("mixer_kwargs") or {})
             cls = get_mixer(spec["mixer"])
             for d in PARAM_WIDTHS:
-                mk = constructor_kwargs(spec["mixer"], kwargs, spec.get("position", "none"))
+                mk = constructor_kwargs(spec["mixer"], kwargs, defaults.model(spec)["position"])
                 row[f"mixer_d{d}"] = sum(p.numel() for p in cls(d, max_len=PARAM_LM["max_len"], **mk).parameters())
-                lm = LanguageModel(d_model=d, mixer=spec["mixer"], mixer_kwargs=kwargs, mlp=spec.get("mlp", True),
-                                   position=spec.get("position", "none"), **PARAM_LM)
+                lm = LanguageModel(d_model=d, mixer=spec["mixer"], mixer_kwargs=kwargs, mlp=defaults.model(spec)["mlp"],
+                                   position=defaults.model(spec)["position"], **PARAM_LM)
                 row[f"lm_d{d}"] = lm.num_parameters()
         except Exception as err:  # noqa: BLE001
             row["note"] = f"{type(err).__name__}: {err}"[:120]

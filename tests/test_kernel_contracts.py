@@ -17,6 +17,7 @@ import pytest
 import torch
 import yaml
 
+from arrepro import defaults
 from arrepro.data import save_task
 from arrepro.data import task_seq_len
 from arrepro.grid import Grid
@@ -35,7 +36,7 @@ MODELS = CONFIG["models"]
 
 
 def _mixer_key(spec):
-    kwargs = constructor_kwargs(spec["mixer"], spec.get("mixer_kwargs"), spec.get("position", "none"))
+    kwargs = constructor_kwargs(spec["mixer"], spec.get("mixer_kwargs"), defaults.model(spec)["position"])
     return spec["mixer"], tuple(sorted(kwargs.items()))
 
 

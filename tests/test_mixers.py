@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from arrepro import defaults
 from arrepro.data.mqar import MQARSpec, generate
 from arrepro.models import LanguageModel, get_mixer, kernels
 from arrepro.models.backbone import constructor_kwargs
@@ -33,7 +34,7 @@ def _unique(key):
 # mixer-level properties depend on (mixer, hyperparameters) only: one model per such pair;
 # a learning run on (mixer, hyperparameters, MLP); causality on every model (positions too)
 MIXER_CASES = _unique(lambda s: (s["mixer"], repr(sorted(s.get("mixer_kwargs", {}).items())), s.get("position") == "rope"))
-RUN_CASES = _unique(lambda s: (s["mixer"], repr(sorted(s.get("mixer_kwargs", {}).items())), s.get("mlp", True)))
+RUN_CASES = _unique(lambda s: (s["mixer"], repr(sorted(s.get("mixer_kwargs", {}).items())), defaults.model(s)["mlp"]))
 D, L, B = 32, 24, 2
 REF_TOL = 1e-4  # fp32: portable (chunked/parallel) vs per-timestep reference, max abs error
 KERNEL_TOL = 3e-2  # bf16 kernels vs fp32 portable path, max abs error relative to output scale
@@ -41,7 +42,7 @@ KERNEL_TOL = 3e-2  # bf16 kernels vs fp32 portable path, max abs error relative 
 
 def build_mixer(name, d=D, max_len=L):
     spec = MODELS[name]
-    kwargs = constructor_kwargs(spec["mixer"], spec.get("mixer_kwargs"), spec.get("position", "none"))
+    kwargs = constructor_kwargs(spec["mixer"], spec.get("mixer_kwargs"), defaults.model(spec)["position"])
     torch.manual_seed(0)
     return get_mixer(spec["mixer"])(d, max_len=max_len, **kwargs)
 
@@ -50,8 +51,8 @@ def build_lm(name, vocab=64, d=D, layers=2, max_len=L):
     spec = MODELS[name]
     torch.manual_seed(0)
     return LanguageModel(vocab_size=vocab, d_model=d, n_layers=layers, max_len=max_len, mixer=spec["mixer"],
-                         mixer_kwargs=spec.get("mixer_kwargs", {}), mlp=spec.get("mlp", True),
-                         position=spec.get("position", "none"))
+                         mixer_kwargs=defaults.model(spec)["mixer_kwargs"], mlp=defaults.model(spec)["mlp"],
+                         position=defaults.model(spec)["position"])
 
 
 @pytest.mark.parametrize("name", MIXER_CASES)

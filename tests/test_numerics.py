@@ -13,7 +13,7 @@ import torch
 from arrepro import numerics
 from arrepro.data import save_task
 from arrepro.numerics import PINS
-from arrepro.train import load_checkpoint_file
+from arrepro import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 # the demo's MQAR task (config.yaml, scales.demo.tasks.L32), 50 training steps of batch 32
@@ -52,7 +52,7 @@ def run(data, out: Path, caller_env: dict, pinned: bool) -> tuple[dict, dict, st
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     result = json.loads((out / "result.json").read_text())
-    weights = load_checkpoint_file(out / "checkpoint.pt", "cpu")["model"]
+    weights = checkpoint.load(out / "checkpoint.pt", "cpu")["model"]
     return result, weights, p.stdout
 
 

@@ -127,6 +127,37 @@ def test_editing_a_model_file_reruns_its_cells_only(wd):
     assert "data" not in jobs
 
 
+def move_lr_schedule(wd: Path) -> Path:
+    """A refactor: ``lr_at`` (and the schedules it names) moved from train.py to a new module
+    that train.py imports, the module added to the cell's sources (arrepro.catalogue)."""
+    train = wd / "src/arrepro/train.py"
+    text = train.read_text()
+    start = text.index("SCHEDULE_STEPS = ")
+    body_start, body_end = text.index("def lr_at("), text.index("\ndef ", text.index("def lr_at(") + 1)
+    moved = text[start:text.index("\n\n", start)] + "\n\n\n" + text[body_start:body_end].rstrip() + "\n"
+    rest = text[:start] + text[text.index("\n\n", start) + 2:body_start] + text[body_end + 1:]
+    rest = rest.replace("from .checkpoint import", "from .schedule import SCHEDULE_STEPS, SCHEDULES, lr_at\n"
+                        "from .checkpoint import", 1)
+    schedule = wd / "src/arrepro/schedule.py"
+    schedule.write_text('"""Learning-rate schedules."""\nimport math\n\n' + moved)
+    train.write_text(rest)
+    catalogue = wd / "src/arrepro/catalogue.py"
+    catalogue.write_text(catalogue.read_text().replace('f"{pkg}/train.py", ', 'f"{pkg}/train.py", f"{pkg}/schedule.py", ', 1))
+    return schedule
+
+
+def test_a_refactor_plans_nothing_and_the_moved_code_still_counts(wd):
+    """Issue 19: code moved between the cell's source files (a function to a new module) is the
+    same code: nothing reruns. An edit of the moved function's body reruns every cell."""
+    schedule = move_lr_schedule(wd)
+    subprocess.run([sys.executable, "-c", "import arrepro.train"], cwd=wd / "src", check=True)  # still imports
+    assert planned(wd) == {}
+    schedule.write_text(schedule.read_text().replace("return base * (1.0 - frac)", "return base * (1 - frac)"))
+    assert planned(wd) == {}  # (the same code after parsing)
+    schedule.write_text(schedule.read_text().replace("return base * (1 - frac)", "return base * (1.0 - frac) * 1.0"))
+    assert planned(wd).get("train") == FIXED_CELLS + SEARCH_ROUND0
+
+
 def test_editing_shared_model_code_reruns_every_cell(wd):
     with open(wd / "src/arrepro/models/ops.py", "a") as f:
         f.write(CODE_EDIT)

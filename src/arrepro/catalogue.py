@@ -42,7 +42,7 @@ def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
 @functools.lru_cache(maxsize=None)
 def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     pkg = "src/arrepro"
-    files = ["scripts/train_cell.py", f"{pkg}/trainjob.py", f"{pkg}/train.py", f"{pkg}/numerics.py", f"{pkg}/cellfiles.py",
+    files = ["scripts/train_cell.py", f"{pkg}/trainjob.py", f"{pkg}/train.py", f"{pkg}/checkpoint.py", f"{pkg}/defaults.py", f"{pkg}/numerics.py", f"{pkg}/cellfiles.py",
              f"{pkg}/constraints.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py", f"{pkg}/models/registry.py",
              f"{pkg}/models/kernels.py"]
     todo, seen = [mixer], []

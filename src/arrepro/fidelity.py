@@ -15,6 +15,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import defaults
+
 SILENT = "silent"
 NONE = "—"
 PAPER = "2508.19029"
@@ -112,10 +114,10 @@ REFERENCE: list[Ref] = [
         source="A.2 Models: 'six model dimensions: 64, 128, 256, 512, 1024 and 2048'"),
     Ref("layers (Figs. 2 / 3)", lambda c: (_grid("fig2", 0, "layers")(c), _grid("fig3", 0, "layers")(c)), ([2], [1]), ([2], NONE),
         source="A.2 Models: 'two configurations: 1-layer and 2-layer'"),
-    Ref("a layer", lambda c: c["models"]["attention"].get("mlp", True), True, False,
+    Ref("a layer", lambda c: defaults.model(c["models"]["attention"])["mlp"], True, False,
         source="A.2 Models: 'a sequence mixer ... followed by an MLP' (Zoology's sweeps: state mixer = identity)"),
     Ref("positional information", lambda c: sorted(m for m in ("attention", "based", "hyena", "h3", "rwkv", "mamba")
-                                                    if c["models"][m].get("position", "none") != "none"),
+                                                    if defaults.model(c["models"][m])["position"] != "none"),
         ["attention", "based"], ["attention"], source="A.2 Models: 'Positional information is used only in Attention and Based'"),
     Ref("Table 4 positional schemes", lambda c: sorted({d["position"] for m, d in c["models"].items() if "_pe_" in m}),
         SILENT, source="Table 4: 'No PE, Absolute PE, Relative PE, Learned PE' (forms not given)"),
@@ -145,8 +147,8 @@ REFERENCE: list[Ref] = [
     Ref("recipes.paper.warmup_frac", _recipe("paper", "warmup_frac"), 0.1, 0.0, source="A.2 Training: 'warmup duration 10%, linear warmup'"),
     Ref("recipes.paper.weight_decay", _recipe("paper", "weight_decay"), 0.1, 0.1, 0.1, source="A.2 Training: 'AdamW ..., weight decay 0.1'"),
     Ref("recipes.paper.schedule", _recipe("paper", "schedule"), SILENT, "cosine (per epoch)", source="A.2 (no decay stated)"),
-    Ref("recipes.paper.embed_dropout", _recipe("paper", "embed_dropout", 0.0), SILENT, 0.1, source="Zoology ModelConfig: embed_dropout 0.1"),
-    Ref("precision", lambda c: _scale(c).get("precision", "fp32"), SILENT, "fp32", source="A.2: 'GPU A100' (precision not given); Zoology: fp32"),
+    Ref("recipes.paper.embed_dropout", _recipe("paper", "embed_dropout", defaults.RECIPE["embed_dropout"]), SILENT, 0.1, source="Zoology ModelConfig: embed_dropout 0.1"),
+    Ref("precision", lambda c: defaults.scale(_scale(c), "precision"), SILENT, "fp32", source="A.2: 'GPU A100' (precision not given); Zoology: fp32"),
     Ref("aggregate.metric", lambda c: c["aggregate"]["metric"], SILENT,
         source="A.2: 'the best performance achieved across the tested learning rates'"),
     # ---- Zoology's replication (Figs. 2, 11)
@@ -155,7 +157,7 @@ REFERENCE: list[Ref] = [
         SILENT, (64, 0.0, "cosine", "epoch", 0.99),
         source="Zoology figure-2 config: max_epochs=64; train.py: CosineAnnealingLR stepped per epoch, stop at 0.99"),
     Ref("replication widths", _grid("fig2", 1, "widths"), SILENT, [64, 128, 256, 512], source="Zoology figure-2 config: d_model 64-512"),
-    Ref("replication models: MLP", lambda c: sorted({c["models"][m].get("mlp", True) for m in
+    Ref("replication models: MLP", lambda c: sorted({defaults.model(c["models"][m])["mlp"] for m in
                                                       _grid("fig2", 1, "models")(c) + _grid("fig11", 1, "models")(c)}),
         SILENT, [False], source="Zoology figure-2 config: state_mixer = torch.nn.Identity"),
     Ref("replication attention dropout", _model("zoology_attention", "mixer_kwargs", "dropout"), SILENT, 0.1,

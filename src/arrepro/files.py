@@ -3,6 +3,7 @@ their log (pure Python; no torch)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -50,13 +51,9 @@ def write_table(df, path) -> None:
     """Write ``df`` as CSV at ``path`` atomically, and its SHA-256 beside it: a reader (and the
     workflow at start-up) can tell the table its writer wrote from a truncated or edited one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = df.to_csv(index=False).encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    tmp.write_text(f"{hashlib.sha256(data).hexdigest()}  {path.name}\n")
-    tmp.replace(checksum_path(path))
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))
+    write_text_atomic(checksum_path(path), f"{hashlib.sha256(data).hexdigest()}  {path.name}\n")
 
 
 def table_problem(path) -> str | None:
@@ -108,20 +105,29 @@ def job_log(sm):
     sys.stdout.flush()
 
 
-def write_text_atomic(path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: a reader sees the old
-    file or the new one, never half of one; a failed write leaves no temporary file."""
-    import os
+class NoSpace(RuntimeError):
+    """A write that found the disk (or the quota) full; the message names the file."""
 
+
+def atomic_write(path, write) -> None:
+    """``write(tmp)``, then rename ``tmp`` to ``path``: a reader sees the old file or the new one,
+    never half of one. If anything fails, the ``.tmp`` file is removed; a full disk is NoSpace
+    naming ``path``. The one way this project writes a file that others read."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text)
+        write(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpace(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left") from e
         raise
+
+
+def write_text_atomic(path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def write_json_atomic(path, obj) -> None:

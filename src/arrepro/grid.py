@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import defaults
+
 CELL_ROOT = "results/cells"
 CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s{seed}"
 # a config model named zoology_X is Zoology's own form of architecture X (the replication of
@@ -225,5 +227,5 @@ class Grid:
             "model": model, "model_def": m, "width": int(width), "layers": int(layers),
             "recipe": recipe, "recipe_def": {k: v for k, v in r.items() if k != "name"},
             "batch_size": self.batch_size(r, t), "lr": float(lr), "seed": int(seed),
-            "device": self.scale.get("device", "auto"), "precision": self.scale.get("precision", "fp32"),
+            "device": defaults.scale(self.scale, "device"), "precision": defaults.scale(self.scale, "precision"),
         }

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from arrepro import fidelity
+from arrepro import defaults, fidelity
 from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, chance_level, judge,
                             present, rules_text, window_of)
 from arrepro.aggregate import WINDOW
@@ -375,7 +375,7 @@ def setup_tex(meta: dict) -> str:
             r"recipe & epochs & batch size & warmup & schedule & weight decay & dropout \\ \midrule"]
     for name, r in meta["recipes"].items():
         out.append(f"{tex_escape(name)} & {r['epochs']} & {_batch(r['batch_size'])} & {100 * r['warmup_frac']:.0f}\\% & "
-                   f"{r['schedule']} & {r['weight_decay']} & {r.get('embed_dropout', 0)} \\\\")
+                   f"{r['schedule']} & {r['weight_decay']} & {defaults.recipe(r)['embed_dropout']} \\\\")
     out += [r"\bottomrule\end{tabular}", r"\end{table}}", "",
             r"\newcommand{\SetupGrids}{\begin{description}\small"]
     for exp, e in meta["experiments"].items():
@@ -459,7 +459,7 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
     scale = meta["scale"]
     macros = {
         "ScaleName": tex_escape(scale),
-        "ScaleDevice": tex_escape(meta.get("device", "auto")),
+        "ScaleDevice": tex_escape(defaults.scale(meta, "device")),
         "NumExperiments": fmt_int(len(results)),
         "NumCells": fmt_int(len(cells)),
         "NumDiverged": fmt_int(cells["diverged"].astype(bool).sum()),
@@ -523,7 +523,7 @@ def grid_meta(grid, config: dict) -> dict:
     """What the paper needs from the config (the paper_numbers rule's param)."""
     from .grid import schema_defaults
 
-    return {"scale": grid.scale_name, "device": grid.scale.get("device", "auto"), "tasks": grid.scale["tasks"],
+    return {"scale": grid.scale_name, "device": defaults.scale(grid.scale, "device"), "tasks": grid.scale["tasks"],
             "recipes": grid.scale["recipes"], "experiments": grid.experiments, "lr_grids": config["lr_grids"],
             "reference_lrs": {e: grid.reference_lrs(e) for e in grid.experiments},
             "metric": config["aggregate"]["metric"], "paper_scale": config["scales"].get("paper"),

@@ -93,6 +93,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from . import defaults
 from .data import task_seq_len
 from .grid import CELL_PATTERN
 
@@ -248,7 +249,7 @@ def memory_problem(spec: dict) -> str | None:
         return (f"needs ~{_size(host)} of memory ({parameters(spec):.3g} parameters), more than any node has "
                 f"(arrepro.resources.MAX_MEM_MB: {_size(MAX_MEM_MB)})")
     state = parameters(spec) * 16 / 1e6
-    if spec.get("device", "auto") != "cpu" and state > MAX_DEVICE_MEM_MB:
+    if defaults.scale(spec, "device") != "cpu" and state > MAX_DEVICE_MEM_MB:
         return (f"its {parameters(spec):.3g} parameters and their AdamW state alone need ~{_size(state)} of GPU "
                 f"memory, more than any GPU has (arrepro.resources.MAX_DEVICE_MEM_MB: {_size(MAX_DEVICE_MEM_MB)})")
     return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from . import defaults
 from .tex import literal_tex
 
 
@@ -47,7 +48,7 @@ def positional_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
     names = {"none": "No PE", "sinusoidal": "Absolute PE", "rope": "Relative PE (RoPE)", "learned": "Learned PE"}
     best = best.assign(
         arch=[models[m].get("label", models[m]["mixer"]).split(" (")[0] for m in best["model"]],
-        pos=[names[models[m].get("position", "none")] for m in best["model"]],
+        pos=[names[defaults.model(models[m])["position"]] for m in best["model"]],
         cell=[_pm(a, b) for a, b in zip(best["mean"], best["std"])],
     )
     t = best.pivot_table(index="arch", columns="pos", values="cell", aggfunc="first", sort=False)

@@ -23,23 +23,24 @@ A diverging run (non-finite loss) stops and is recorded as diverged; it is a res
 from __future__ import annotations
 
 import contextlib
-import errno
+import dataclasses
 import hashlib
-import io
 import json
 import math
-import os
 import signal
 import sys
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import numerics
+from . import checkpoint, defaults, numerics
 from .cellfiles import CHECKPOINT, METRICS, RESULT, CellBusy, CellLock, metrics_text, seal
+from .checkpoint import CorruptCheckpoint
 from .digest import file_digest, source_digest
+from .files import write_json_atomic, write_text_atomic
 from .catalogue import DATA_SOURCES, train_sources
 from .models import LanguageModel
 from .models.kernels import describe_paths, kernels_enabled, paths_used
@@ -151,105 +152,6 @@ def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str,
     raise ValueError(f"recipe.schedule: unknown schedule {schedule!r} (one of {', '.join(SCHEDULES)})")
 
 
-def atomic_write(path: Path, write) -> None:
-    """``write(tmp)`` then rename ``tmp`` to ``path``: readers see the old file or the new one.
-    If anything fails the ``.tmp`` file is removed; a full disk is a TrainError naming ``path``."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise TrainError(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left") from e
-        raise
-
-
-class CorruptCheckpoint(Exception):
-    """A checkpoint that fails its checksum or cannot be read (the message says why)."""
-
-
-# A checkpoint file: this header line (fixed length), then torch.save's bytes.
-_CKPT_HEADER = "arrepro-checkpoint sha256 {digest:64} bytes {size:020d}\n"
-_CKPT_HEADER_LEN = len(_CKPT_HEADER.format(digest="", size=0))
-
-
-class _HashingWriter:
-    """A file that torch.save streams into, hashing what it writes (no copy in memory)."""
-
-    def __init__(self, f):
-        self.f, self.sha, self.size = f, hashlib.sha256(), 0
-
-    def write(self, b) -> int:
-        self.sha.update(b)
-        self.size += len(b)
-        return self.f.write(b)
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-class _Window(io.RawIOBase):
-    """A read-only view of a file from ``start`` on (torch.load reads the payload after the header)."""
-
-    def __init__(self, f, start: int):
-        super().__init__()
-        self.f, self.start = f, start
-        f.seek(start)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        return self.f.seek(pos + self.start if whence == 0 else pos, whence) - self.start
-
-    def tell(self) -> int:
-        return self.f.tell() - self.start
-
-    def readinto(self, b) -> int:
-        return self.f.readinto(b)
-
-
-def save_checkpoint_file(path: Path, obj) -> None:
-    """torch.save ``obj`` atomically, after a header with the sha256 and size of its bytes."""
-    def write(tmp: Path):
-        with open(tmp, "wb") as f:
-            f.write(b"\0" * _CKPT_HEADER_LEN)  # the header, once the digest is known
-            w = _HashingWriter(f)
-            torch.save(obj, w)
-            f.seek(0)
-            f.write(_CKPT_HEADER.format(digest=w.sha.hexdigest(), size=w.size).encode())
-
-    atomic_write(path, write)
-
-
-def load_checkpoint_file(path: Path, device):
-    """The contents of a checkpoint written by ``save_checkpoint_file``, checked against its
-    header's size and sha256 before use; CorruptCheckpoint says what is wrong."""
-    with open(path, "rb") as f:
-        head = f.read(_CKPT_HEADER_LEN).decode("ascii", "replace").split()
-        if len(head) != 5 or head[:2] != ["arrepro-checkpoint", "sha256"] or head[3] != "bytes" \
-                or not head[4].isdigit():
-            raise CorruptCheckpoint("no valid checksum header")
-        size = f.seek(0, os.SEEK_END) - _CKPT_HEADER_LEN
-        if size != int(head[4]):
-            raise CorruptCheckpoint(f"{size} bytes after the header, {int(head[4])} written: truncated or extended")
-        f.seek(_CKPT_HEADER_LEN)
-        if hashlib.file_digest(f, "sha256").hexdigest() != head[2]:
-            raise CorruptCheckpoint("sha256 of its contents differs from the one written with it")
-        try:
-            return torch.load(_Window(f, _CKPT_HEADER_LEN), map_location=device, weights_only=False)
-        except Exception as e:  # a checksum that matches bytes torch cannot read: not ours either
-            raise CorruptCheckpoint(f"unreadable: {e}") from e
-
-
-def write_json(path: Path, obj) -> None:
-    atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n"))
-
-
 def load_task(data_dir: str | Path):
     """(train inputs, train labels, test inputs, test labels, vocabulary size) of a task. A missing
     or unreadable file is a TrainError naming it."""
@@ -268,12 +170,11 @@ def load_task(data_dir: str | Path):
 
 
 def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
-    m = spec["model_def"]
+    m = defaults.model(spec["model_def"])
     return LanguageModel(
         vocab_size=vocab_size, d_model=spec["width"], n_layers=spec["layers"], max_len=max_len,
-        mixer=m["mixer"], mixer_kwargs=m.get("mixer_kwargs", {}), mlp=m.get("mlp", True),
-        mlp_ratio=m.get("mlp_ratio", 4), position=m.get("position", "none"),
-        embed_dropout=spec["recipe_def"].get("embed_dropout", 0.0),
+        mixer=m["mixer"], mixer_kwargs=m["mixer_kwargs"], mlp=m["mlp"], mlp_ratio=m["mlp_ratio"],
+        position=m["position"], embed_dropout=defaults.recipe(spec["recipe_def"])["embed_dropout"],
     )
 
 
@@ -372,158 +273,229 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         raise TrainError(str(e)) from None
 
 
+@dataclasses.dataclass
+class TrainState:
+    """A cell's progress, saved in its checkpoint: where training stands and what it measured."""
+    epoch: int = 0
+    batch: int = 0  # within the epoch
+    step: int = 0
+    examples: int = 0
+    metrics: list = dataclasses.field(default_factory=list)  # one row per finished epoch
+    loss_sum: float = 0.0  # over the epoch's steps so far
+    loss_n: int = 0
+    train_seconds: float = 0.0
+    diverged: bool = False
+    done: bool = False
+    numerics: dict | None = None
+    kernel_paths: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Run:
+    """What one process trains a cell with (rebuilt on every start; only ``TrainState`` is saved)."""
+    spec: dict
+    recipe: dict
+    out: Path
+    log: typing.Callable
+    device: torch.device
+    precision: str
+    autocast: typing.Callable
+    fingerprint: str
+    data: tuple  # train inputs, train labels, test inputs, test labels
+    model: LanguageModel
+    opt: torch.optim.Optimizer
+    steps_per_epoch: int
+    tag: str
+    numbers: dict  # the numerics this process runs at (arrepro.numerics.settle)
+    steps_run: int = 0  # by this process (stop_after_steps, the first step's kernel report)
+
+    @property
+    def epochs(self) -> int:
+        return self.recipe["epochs"]
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+    def lr(self, step: int) -> float:
+        r = self.recipe
+        per_epoch = self.steps_per_epoch if r["schedule_step"] == "epoch" else None  # lr_at's clock
+        return lr_at(step, self.total_steps, self.spec["lr"], r["warmup_frac"], r["schedule"], per_epoch)
+
+
 def _train_cell(spec: dict, data_dir: str | Path, out: Path, threads: int | None, log,
                 stop_after_steps: int | None) -> dict:
+    """The loop: set up, resume, then train and evaluate epoch by epoch (a checkpoint after
+    each); SIGTERM and SIGINT end the step in progress, checkpoint and exit (``Preempted``)."""
+    run = _setup(spec, data_dir, out, threads, log)
+    st = _resume(run)
+    with _stop_signals() as stop:
+        while st.epoch < run.epochs and not st.done:
+            _train_epoch(run, st, stop, stop_after_steps)
+            _end_epoch(run, st)
+    return _finish(run, st)
+
+
+def _setup(spec: dict, data_dir, out: Path, threads: int | None, log) -> Run:
     numbers = numerics.settle(threads)  # one thread, oneDNN off; what ATen really runs at
-    device = pick_device(spec.get("device", "auto"), "device (the scale's, in config.yaml)")
-    precision = spec.get("precision", "fp32")
+    device = pick_device(defaults.scale(spec, "device"), "device (the scale's, in config.yaml)")
+    precision = defaults.scale(spec, "precision")
     autocast = autocast_for(precision, device, "precision (the scale's, in config.yaml)")
-    recipe = spec["recipe_def"]
-    schedule_step = recipe.get("schedule_step", "step")
+    recipe = defaults.recipe(spec["recipe_def"])
     fp = fingerprint(spec, data_dir)  # before the data is loaded: hashing reads each file once more
     xtr, ytr, xte, yte, vocab = load_task(data_dir)
     if spec["batch_size"] > len(xtr):
         raise TrainError(f"recipe {spec['recipe']}: batch_size {spec['batch_size']} is larger than the training "
                          f"set ({len(xtr)} examples in {Path(data_dir) / 'train.npz'})")
-
     torch.manual_seed(spec["seed"])
     try:
         model = build_model(spec, vocab, xtr.shape[1]).to(device)
     except (ValueError, TypeError) as e:  # arguments the mixer refuses (the workflow refuses them before any job)
         raise TrainError(f"model {spec['model']} (model_def): {e}") from e
-    decay, no_decay = [], []  # weight decay on matrices, not on embeddings, norms and biases
-    for n, p in model.named_parameters():
-        (decay if p.dim() >= 2 and "embed" not in n else no_decay).append(p)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": recipe["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=spec["lr"], betas=tuple(recipe.get("betas", (0.9, 0.999))),
-        fused=device.type in ("cpu", "cuda"),  # one kernel for all parameters: ~1 ms a step less on CPU
-    )
-    bs, epochs = spec["batch_size"], recipe["epochs"]
-    steps_per_epoch = math.ceil(len(xtr) / bs)
-    lr_epoch = steps_per_epoch if schedule_step == "epoch" else None  # lr_at's clock: epochs, or steps
-    total = steps_per_epoch * epochs
-    on_cuda = device.type == "cuda"
+    opt = model.configure_optimizer(lr=spec["lr"], weight_decay=recipe["weight_decay"], betas=tuple(recipe["betas"]),
+                                    fused=device.type in ("cpu", "cuda"))  # fused: ~1 ms a step less on CPU
+    tag = f"{spec['model']} w{spec['width']} l{spec['layers']} lr{spec['lr']:.3g} s{spec['seed']}"
+    return Run(spec, recipe, out, log, device, precision, autocast, fp, (xtr, ytr, xte, yte), model, opt,
+               math.ceil(len(xtr) / spec["batch_size"]), tag, numbers)
 
-    state = {"epoch": 0, "batch": 0, "step": 0, "examples": 0, "metrics": [], "loss_sum": 0.0, "loss_n": 0,
-             "train_seconds": 0.0, "diverged": False, "done": False}
-    ckpt_path = out / CHECKPOINT
+
+def _resume(run: Run) -> TrainState:
+    """The checkpoint's state if it is this cell's (same spec, data and code), else a new one."""
+    st, path, log = TrainState(), run.out / CHECKPOINT, run.log
     ck = None
-    if ckpt_path.exists():
+    if path.exists():
         try:
-            ck = load_checkpoint_file(ckpt_path, device)
+            ck = checkpoint.load(path, run.device)
         except (CorruptCheckpoint, OSError) as e:
-            log(f"checkpoint {ckpt_path} is corrupt ({e}): starting the cell over")
+            log(f"checkpoint {path} is corrupt ({e}): starting the cell over")
     if ck is not None:
-        if isinstance(ck, dict) and ck.get("fingerprint") == fp:
-            model.load_state_dict(ck["model"])
-            opt.load_state_dict(ck["optimizer"])
+        if isinstance(ck, dict) and ck.get("fingerprint") == run.fingerprint:
+            run.model.load_state_dict(ck["model"])
+            run.opt.load_state_dict(ck["optimizer"])
             torch.set_rng_state(ck["torch_rng"])
-            if on_cuda and ck.get("cuda_rng") is not None:
+            if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
                 torch.cuda.set_rng_state(ck["cuda_rng"])
-            state = ck["state"]
-            log(f"resumed from checkpoint at epoch {state['epoch']} batch {state['batch']}")
+            st = TrainState(**ck["state"])
+            log(f"resumed from checkpoint at epoch {st.epoch} batch {st.batch}")
         else:
             log("checkpoint fingerprint differs from this cell, data and code: starting afresh")
+    log(f"[{run.tag}] {run.model.num_parameters():,} parameters, {run.epochs} epochs x {run.steps_per_epoch} steps, "
+        f"device {run.device}")
+    st.numerics = numerics.merge(st.numerics, run.numbers)
+    log(f"[{run.tag}] {numerics.describe(st.numerics)}")
+    return st
 
-    def save_checkpoint():
-        ck = {"fingerprint": fp, "model": model.state_dict(), "optimizer": opt.state_dict(),
-              "torch_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if on_cuda else None,
-              "state": state}
-        save_checkpoint_file(ckpt_path, ck)
 
-    def write_metrics():
-        atomic_write(out / METRICS, lambda p: p.write_text(metrics_text(state["metrics"])))
+def _save(run: Run, st: TrainState) -> None:
+    on_cuda = run.device.type == "cuda"
+    checkpoint.save(run.out / CHECKPOINT, {
+        "fingerprint": run.fingerprint, "model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
+        "torch_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if on_cuda else None,
+        "state": dataclasses.asdict(st)})
 
-    # SIGTERM (Slurm's time limit, preemption) and SIGINT (Ctrl-C): finish the step, checkpoint, exit
-    stop_signal = {"name": None}
-    prev = {sig: signal.signal(sig, lambda n, _: stop_signal.__setitem__("name", signal.Signals(n).name))
-            for sig in (signal.SIGTERM, signal.SIGINT)} if _main_thread() else {}
-    n_params = model.num_parameters()
-    L = xtr.shape[1]
-    tag = f"{spec['model']} w{spec['width']} l{spec['layers']} lr{spec['lr']:.3g} s{spec['seed']}"
-    log(f"[{tag}] {n_params:,} parameters, {epochs} epochs x {steps_per_epoch} steps, device {device}")
-    state["numerics"] = numerics.merge(state.get("numerics"), numbers)
-    log(f"[{tag}] {numerics.describe(state['numerics'])}")
-    steps_run = 0
-    try:
-        while state["epoch"] < epochs and not state["done"]:
-            ep = state["epoch"]
-            perm = torch.from_numpy(np.random.default_rng([spec["seed"], ep]).permutation(len(xtr)))
-            t0 = time.perf_counter()
-            while state["batch"] < steps_per_epoch:
-                idx = perm[state["batch"] * bs : (state["batch"] + 1) * bs]
-                x, y = xtr[idx].to(device), ytr[idx].to(device)
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(state["step"], total, spec["lr"], recipe["warmup_frac"], recipe["schedule"],
-                                    lr_epoch)
-                with autocast():
-                    loss, _, _ = model.loss(x, y)
-                if not torch.isfinite(loss):
-                    state["diverged"] = True
-                    break
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if recipe.get("grad_clip"):
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), recipe["grad_clip"])
-                opt.step()
-                state["loss_sum"] += loss.item()
-                state["loss_n"] += 1
-                state["batch"] += 1
-                state["step"] += 1
-                state["examples"] += len(idx)  # the last batch of an epoch may be short
-                steps_run += 1
-                if steps_run == 1:  # which kernel or portable path each mixer took, and why
-                    state["kernel_paths"] = paths_used(model, state.get("kernel_paths", []))
-                    log(f"[{tag}] {describe_paths(state['kernel_paths'])}")
-                if stop_signal["name"] or (stop_after_steps is not None and steps_run >= stop_after_steps):
-                    state["train_seconds"] += time.perf_counter() - t0
-                    save_checkpoint()
-                    log(f"[{tag}] stopping at step {state['step']} ({stop_signal['name'] or 'stop_after_steps'}): "
-                        "checkpoint written, a restart resumes")
-                    raise Preempted(3)
-            state["train_seconds"] += time.perf_counter() - t0
-            ev = evaluate(model, xte, yte, max(bs, 256), device, autocast)
-            row = {"epoch": ep + 1, "step": state["step"], "lr": opt.param_groups[0]["lr"],
-                   "train_loss": None if state["diverged"] else state["loss_sum"] / max(state["loss_n"], 1),
-                   **{k: (v if math.isfinite(v) else None) for k, v in ev.items()},
-                   "seconds": state["train_seconds"]}
-            state["metrics"].append(row)
-            state.update(epoch=ep + 1, batch=0, loss_sum=0.0, loss_n=0)
-            tps = state["examples"] * L / max(state["train_seconds"], 1e-9)
-            eta = state["train_seconds"] / (ep + 1) * (epochs - ep - 1)
-            log(f"[{tag}] epoch {ep + 1}/{epochs} train_loss {row['train_loss'] or float('nan'):.4f} test_loss {ev['test_loss']:.4f} "
-                f"acc {ev['test_accuracy']:.4f} | {tps:,.0f} tok/s | ETA {eta:.0f}s")
-            if state["diverged"]:
-                log(f"[{tag}] diverged (non-finite loss) at step {state['step']}: recorded, stopping")
-                state["done"] = True
-            stop_at = recipe.get("early_stop_accuracy")
-            if stop_at is not None and ev["test_accuracy"] >= stop_at:
-                state["done"] = True
-            write_metrics()
-            save_checkpoint()
-    finally:
-        for sig, handler in prev.items():
-            signal.signal(sig, handler)
 
-    write_metrics()
-    accs = [m["test_accuracy"] for m in state["metrics"]]
-    last = state["metrics"][-1] if state["metrics"] else {}
+def _write_metrics(run: Run, st: TrainState) -> None:
+    write_text_atomic(run.out / METRICS, metrics_text(st.metrics))
+
+
+def _train_epoch(run: Run, st: TrainState, stop: dict, stop_after_steps: int | None) -> None:
+    """The rest of the current epoch's optimiser steps (all of them unless resumed mid-epoch)."""
+    xtr, ytr = run.data[0], run.data[1]
+    bs, model, opt = run.spec["batch_size"], run.model, run.opt
+    perm = torch.from_numpy(np.random.default_rng([run.spec["seed"], st.epoch]).permutation(len(xtr)))
+    t0 = time.perf_counter()
+    while st.batch < run.steps_per_epoch:
+        idx = perm[st.batch * bs : (st.batch + 1) * bs]
+        x, y = xtr[idx].to(run.device), ytr[idx].to(run.device)
+        for g in opt.param_groups:
+            g["lr"] = run.lr(st.step)
+        with run.autocast():
+            loss, _, _ = model.loss(x, y)
+        if not torch.isfinite(loss):
+            st.diverged = True
+            break
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if run.recipe["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), run.recipe["grad_clip"])
+        opt.step()
+        st.loss_sum += loss.item()
+        st.loss_n += 1
+        st.batch += 1
+        st.step += 1
+        st.examples += len(idx)  # the last batch of an epoch may be short
+        run.steps_run += 1
+        if run.steps_run == 1:  # which kernel or portable path each mixer took, and why
+            st.kernel_paths = paths_used(model, st.kernel_paths)
+            run.log(f"[{run.tag}] {describe_paths(st.kernel_paths)}")
+        if stop["name"] or (stop_after_steps is not None and run.steps_run >= stop_after_steps):
+            st.train_seconds += time.perf_counter() - t0
+            _save(run, st)
+            run.log(f"[{run.tag}] stopping at step {st.step} ({stop['name'] or 'stop_after_steps'}): "
+                    "checkpoint written, a restart resumes")
+            raise Preempted(3)
+    st.train_seconds += time.perf_counter() - t0
+
+
+def _end_epoch(run: Run, st: TrainState) -> None:
+    """Evaluate on the whole test set, record the epoch's row, decide whether to stop early,
+    and write the metrics and the checkpoint."""
+    ep, xte, yte = st.epoch, run.data[2], run.data[3]
+    ev = evaluate(run.model, xte, yte, max(run.spec["batch_size"], 256), run.device, run.autocast)
+    row = {"epoch": ep + 1, "step": st.step, "lr": run.opt.param_groups[0]["lr"],
+           "train_loss": None if st.diverged else st.loss_sum / max(st.loss_n, 1),
+           **{k: (v if math.isfinite(v) else None) for k, v in ev.items()},
+           "seconds": st.train_seconds}
+    st.metrics.append(row)
+    st.epoch, st.batch, st.loss_sum, st.loss_n = ep + 1, 0, 0.0, 0
+    tps = st.examples * run.data[0].shape[1] / max(st.train_seconds, 1e-9)
+    eta = st.train_seconds / (ep + 1) * (run.epochs - ep - 1)
+    run.log(f"[{run.tag}] epoch {ep + 1}/{run.epochs} train_loss {row['train_loss'] or float('nan'):.4f} "
+            f"test_loss {ev['test_loss']:.4f} acc {ev['test_accuracy']:.4f} | {tps:,.0f} tok/s | ETA {eta:.0f}s")
+    if st.diverged:
+        run.log(f"[{run.tag}] diverged (non-finite loss) at step {st.step}: recorded, stopping")
+        st.done = True
+    stop_at = run.recipe["early_stop_accuracy"]
+    if stop_at is not None and ev["test_accuracy"] >= stop_at:
+        st.done = True
+    _write_metrics(run, st)
+    _save(run, st)
+
+
+def _finish(run: Run, st: TrainState) -> dict:
+    """result.json, written last (sealed: it carries its own and metrics.jsonl's checksums)."""
+    _write_metrics(run, st)
+    spec, last = run.spec, (st.metrics[-1] if st.metrics else {})
+    accs = [m["test_accuracy"] for m in st.metrics]
     result = {
         **{k: spec[k] for k in ("task", "model", "width", "layers", "recipe", "lr", "seed", "batch_size")},
         "mixer": spec["model_def"]["mixer"],
         "final_accuracy": last.get("test_accuracy", 0.0), "best_accuracy": max(accs, default=0.0),
         "final_exact_match": last.get("test_exact_match", 0.0),
         "final_test_loss": last.get("test_loss"),
-        "diverged": state["diverged"], "parameters": n_params, "epochs_run": len(state["metrics"]),
-        "steps": state["step"], "train_seconds": state["train_seconds"],
-        "tokens_per_second": state["examples"] * L / max(state["train_seconds"], 1e-9),
-        "device": device.type, "precision": precision, "numerics": state["numerics"],
-        "kernel_paths": paths_used(model, state.get("kernel_paths", [])), "cell": spec,
+        "diverged": st.diverged, "parameters": run.model.num_parameters(), "epochs_run": len(st.metrics),
+        "steps": st.step, "train_seconds": st.train_seconds,
+        "tokens_per_second": st.examples * run.data[0].shape[1] / max(st.train_seconds, 1e-9),
+        "device": run.device.type, "precision": run.precision, "numerics": st.numerics,
+        "kernel_paths": paths_used(run.model, st.kernel_paths), "cell": spec,
     }
-    result = seal(result, metrics_text(state["metrics"]))  # last: the checksums cover every key
-    write_json(out / RESULT, result)
+    result = seal(result, metrics_text(st.metrics))  # last: the checksums cover every key
+    write_json_atomic(run.out / RESULT, result)
     return result
+
+
+@contextlib.contextmanager
+def _stop_signals():
+    """SIGTERM (Slurm's time limit, preemption) and SIGINT (Ctrl-C) only set ``stop["name"]``:
+    the loop finishes its step, checkpoints and exits. The handlers are restored after."""
+    stop = {"name": None}
+    prev = {sig: signal.signal(sig, lambda n, _: stop.__setitem__("name", signal.Signals(n).name))
+            for sig in (signal.SIGTERM, signal.SIGINT)} if _main_thread() else {}
+    try:
+        yield stop
+    finally:
+        for sig, handler in prev.items():
+            signal.signal(sig, handler)
 
 
 def _main_thread() -> bool:

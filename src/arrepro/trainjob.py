@@ -103,6 +103,7 @@ def main(argv=None) -> None:
     from . import numerics
 
     numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
+    from .files import NoSpace
     from .train import TrainError, train_cell  # torch: once the arguments are read
 
     try:
@@ -111,7 +112,7 @@ def main(argv=None) -> None:
         except ValueError as e:
             raise TrainError(f"--cell-json: not valid JSON ({e})") from None
         train_cell(spec, a.data, a.out, a.threads, log=log)
-    except TrainError as e:  # a clear message naming the file or key: no traceback
+    except (TrainError, NoSpace) as e:  # a clear message naming the file or key: no traceback
         log.error(f"{PROG}: error: {e}")
         sys.exit(1)
     except Exception:

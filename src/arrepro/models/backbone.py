@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import defaults
 from .ops import MLP, apply_rotary, rotary_tables, sinusoidal_table
 from .registry import get_mixer
 
@@ -54,8 +55,9 @@ def constructor_kwargs(mixer: str, kwargs: dict | None, position: str) -> dict:
 
 class LanguageModel(nn.Module):
     def __init__(self, *, vocab_size: int, d_model: int, n_layers: int, max_len: int, mixer: str,
-                 mixer_kwargs: dict | None = None, mlp: bool = True, mlp_ratio: int = 4,
-                 position: str = "none", embed_dropout: float = 0.0):
+                 mixer_kwargs: dict | None = None, mlp: bool = defaults.MODEL["mlp"],
+                 mlp_ratio: int = defaults.MODEL["mlp_ratio"], position: str = defaults.MODEL["position"],
+                 embed_dropout: float = defaults.RECIPE["embed_dropout"]):
         super().__init__()
         if position not in POSITIONS:
             raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
@@ -119,6 +121,14 @@ class LanguageModel(nn.Module):
     def loss(self, inputs: torch.Tensor, labels: torch.Tensor):
         logits, target = self.labelled_logits(inputs, labels)
         return F.cross_entropy(logits.float(), target.long()), logits, target
+
+    def configure_optimizer(self, *, lr: float, weight_decay: float, betas=(0.9, 0.999), fused=None):
+        """AdamW with weight decay on the matrices, not on embeddings, norms and biases."""
+        decay, no_decay = [], []
+        for n, p in self.named_parameters():
+            (decay if p.dim() >= 2 and "embed" not in n else no_decay).append(p)
+        return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                  {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, fused=fused)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
