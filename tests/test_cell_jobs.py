@@ -48,7 +48,7 @@ def cells(wd: Path) -> list[Path]:
 def test_a_forced_train_job_starts_over(wd, force):
     """Issue 18: both ended with "resumed from checkpoint at epoch 1 batch 0" and the old numbers."""
     before = {c: (c / "checkpoint.pt").stat().st_mtime_ns for c in cells(wd)}
-    p = smk(wd, "--cores", "1", *force, *FIG2, "--config", "scale=tiny")
+    p = smk(wd, "--cores", "1", *FIG2, *force, "--config", "scale=tiny")  # (--forcerun takes every name after it)
     assert "2 forced cell(s) start over" in p.stderr, p.stderr[-2000:]
     for c in cells(wd):
         job = (c / "job.log").read_text()
@@ -89,6 +89,7 @@ def test_a_scale_defined_alike_shares_the_cells_without_retraining(wd):
     def twin(c):
         t = copy.deepcopy(c["scales"]["tiny"])
         t["tasks"] = {"short": t["tasks"].pop("L16")}
+        t["experiments"] = {"fig2": t["experiments"]["fig2"]}  # the twin of fig2 (fig1 has its own task)
         t["experiments"]["fig2"]["grids"][0]["tasks"] = ["short"]
         c["scales"]["twin"] = t
 

@@ -29,10 +29,11 @@ def chromium():
 def test_report_shows_every_figure_and_table_with_its_caption(tmp_path, chromium):
     wd = copy_workflow(tmp_path)
 
-    def with_a_table(c):  # the tiny scale has one figure; give it a table over the same cells
+    def with_a_table(c):  # fig2 of the tiny scale, and a table over the same cells
         e = c["scales"]["tiny"]["experiments"]
         e["table_lr_window"] = {"title": "Good-LR window of the tiny grid", "table": "lr_window",
                                 "grids": e["fig2"]["grids"]}
+        del e["fig1"]  # the report shows every figure of the scale: keep to the one built here
     edit_config(wd, with_a_table)
     smk(wd, "--cores", "2", "results/tiny/fig2.png", "results/tiny/table_lr_window.csv", "--config", "scale=tiny")
     smk(wd, "--report", "results/tiny/report.html", "--config", "scale=tiny")

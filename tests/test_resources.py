@@ -18,6 +18,7 @@ from test_slurm import SNAKEMAKE, assert_as_one_by_one, assert_ran_at_once, copy
 
 import arrepro.resources as R
 from arrepro.grid import Grid
+from arrepro.rounds import Searches
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,11 +96,12 @@ def test_the_printed_plan_is_the_plan(paper):
         r"(\d+) cell\(s\) per GPU: (\d+) cells -> (\d+) Slurm jobs .*?; (\d+) hours requested \((\d+) GPU-hours\); "
         r"estimated use (\d+) GPU-hours", out)}
     assert sorted(lines) == [1, 3], out
+    round0 = Searches(grid).round0_cells()  # the printed Slurm plan is the learning-rate search's round 0
     for n, m in lines.items():
-        p = R.plan(grid, cells_per_gpu=n)
+        p = R.plan(grid, round0, cells_per_gpu=n)
         assert [int(x) for x in m.groups()[1:]] == [p["cells"], p["train_jobs"], round(p["requested_hours"]),
                                                      round(p["gpu_hours"]), round(p["estimated_gpu_hours"])]
-    assert "none measured" in out and f"{R.plan(grid, cells_per_gpu=3)['estimated_gpu_hours_mps']:.0f} if" in out
+    assert "none measured" in out and f"{R.plan(grid, round0, cells_per_gpu=3)['estimated_gpu_hours_mps']:.0f} if" in out
 
 
 # ============================================================================ the model

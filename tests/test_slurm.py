@@ -36,6 +36,7 @@ import pytest
 
 import arrepro.resources as R
 from arrepro.grid import Grid
+from arrepro.rounds import Searches, search_cells, start_round
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "slurm" / "profile.yaml"
@@ -153,22 +154,38 @@ def test_only_small_cells_are_grouped(config):
             assert m <= tier.max_minutes and tier.bundle * tier.max_minutes <= R.GROUP_TARGET_MIN
 
 
+@pytest.mark.xfail(strict=True, reason="Snakemake 9.27 lists some cells in two group jobs (see the docstring)")
 def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
-    """A dry run of one experiment of the paper grid through the profile: Snakemake forms the
-    group jobs that arrepro.resources plans (`python -m arrepro.resources paper` counts the
-    whole grid the same way)."""
+    """A dry run of one experiment of the paper grid through the profile: its learning-rate
+    searches' round 0 is what `arrepro.resources` counts, and every training cell runs in exactly
+    one group job of its size class, as the plan's bundles. Fails with Snakemake 9.27: each DAG
+    update merges the bundles again (its GroupJobFactory caches a group job under its first job
+    set, and `merge` grows that cached object in place), so it forms fewer, larger group jobs than
+    `group-components` asks (59-73 where the plan has 116 for fig1), and lists some cells in two
+    of them (46 of 480). Strict: this test says when a Snakemake release fixes it."""
     grid, _ = paper_specs(config)
     exp = "fig1" if "fig1" in grid.experiments else next(iter(grid.experiments))
     env = {k: v for k, v in os.environ.items() if k != "ARREPRO_SCALE"}
     p = subprocess.run(SNAKEMAKE + ["-n", "--profile", "slurm", f"{grid.out}/tables/{exp}_best.csv", "--sdm", "env-modules"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    groups = len(re.findall(r"Group job \S+ \(jobs in lexicogr", p.stdout))
-    single = re.findall(r"^rule (\w+):", p.stdout, re.M)
-    plan = R.plan(grid, grid.experiment_cells(exp))
+    searches = Searches(grid)  # the dry run lists round 0 of the searches whose groups serve the table
+    round0 = dict.fromkeys(c for g in searches.experiment_groups(exp) for s in searches.groups[g]
+                           for c in search_cells(s, [start_round(s)]))
+    plan = R.plan(grid, list(round0))
     assert int(re.search(r"^train\s+(\d+)$", p.stdout, re.M)[1]) == plan["cells"]
-    assert groups + single.count("train") == plan["train_jobs"] < plan["cells"] / 2
-    print(f"\n{exp}: {plan['cells']} cells -> {plan['train_jobs']} Slurm jobs for training ({groups} bundles)")
+    assert not re.findall(r"^rule train:", p.stdout, re.M)  # no cell outside a group job
+    parts = re.split(r"^\[.*\] Group job (\S+) \(jobs in lexicogr\. order\):$", p.stdout, flags=re.M)
+    tiers, in_groups = parts[1::2], []
+    for tier, body in zip(parts[1::2], parts[2::2]):
+        specs = [json.loads(m) for m in re.findall(r"--cell-json '([^']+)'", body)]
+        assert specs and {R.group(s) for s in specs} == {tier}, tier  # one size class per Slurm job
+        in_groups += [(s["task"], s["model"], s["width"], s["layers"], s["lr"], s["seed"]) for s in specs]
+    print(f"\n{exp}: {plan['cells']} cells -> {plan['train_jobs']} Slurm jobs planned; Snakemake forms {len(tiers)}, "
+          f"{len(in_groups) - len(set(in_groups))} cells listed twice")
+    assert len(set(in_groups)) == plan["cells"]
+    assert len(in_groups) == plan["cells"], "a cell in two group jobs"
+    assert len(tiers) == plan["train_jobs"] < plan["cells"] / 2
 
 
 FAKE_SBATCH = """#!/bin/sh

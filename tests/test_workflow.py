@@ -285,10 +285,13 @@ def test_all_rebuilds_tables_a_failed_aggregate_deleted(wd):
     result = next(wd.glob("results/cells/mqar-L16-*/**/result.json"))  # a cell of fig2
     good, st = result.read_text(), result.stat()
     broken = json.loads(good)
-    del broken["cell"]["task_def"]  # what the aggregation reads and the search does not
+    del broken["cell"]["task_def"]
     result.write_text(json.dumps(broken))
-    assert smk(wd, "--cores", "1", *TARGETS, "--config", "scale=tiny", check=False).returncode != 0
-    assert not (wd / "results/tiny/tables/fig2_best.csv").exists()  # Snakemake deleted the failed job's outputs
+    os.utime(result, ns=(st.st_atime_ns, st.st_mtime_ns))  # as old as it was: the search does not read it again
+    (wd / "results/tiny/tables/fig2_best.csv").unlink()  # the aggregation runs, reads it and fails
+    p = smk(wd, "--cores", "1", "all", "--config", "scale=tiny", check=False)
+    assert p.returncode != 0 and str(result.parent.relative_to(wd)) in p.stdout + p.stderr
+    assert not (wd / "results/tiny/tables/fig2_cells.csv").exists()  # Snakemake deleted the failed job's outputs
     result.write_text(good)
     os.utime(result, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1}
