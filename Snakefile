@@ -24,7 +24,10 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 
+from arrepro import smkgroups  # noqa: E402
 from arrepro.preflight import config_problem  # noqa: E402
+
+smkgroups.install()  # Slurm bundles as the profile's group-components asks (Snakemake 9's merge fix)
 
 try:  # Snakemake's own message prints the whole config and schema after its one useful line
     validate(config, "workflow/schemas/config.schema.yaml")

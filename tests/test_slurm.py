@@ -154,15 +154,12 @@ def test_only_small_cells_are_grouped(config):
             assert m <= tier.max_minutes and tier.bundle * tier.max_minutes <= R.GROUP_TARGET_MIN
 
 
-@pytest.mark.xfail(strict=True, reason="Snakemake 9.27 lists some cells in two group jobs (see the docstring)")
 def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
     """A dry run of one experiment of the paper grid through the profile: its learning-rate
     searches' round 0 is what `arrepro.resources` counts, and every training cell runs in exactly
-    one group job of its size class, as the plan's bundles. Fails with Snakemake 9.27: each DAG
-    update merges the bundles again (its GroupJobFactory caches a group job under its first job
-    set, and `merge` grows that cached object in place), so it forms fewer, larger group jobs than
-    `group-components` asks (59-73 where the plan has 116 for fig1), and lists some cells in two
-    of them (46 of 480). Strict: this test says when a Snakemake release fixes it."""
+    one group job of its size class, as the plan's bundles. Without arrepro.smkgroups (Snakemake
+    9.27 merges the bundles again on each DAG update) it formed 59-73 group jobs where the plan
+    has 116, and listed 46 of the 480 cells in two of them."""
     grid, _ = paper_specs(config)
     exp = "fig1" if "fig1" in grid.experiments else next(iter(grid.experiments))
     env = {k: v for k, v in os.environ.items() if k != "ARREPRO_SCALE"}
