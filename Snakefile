@@ -3,7 +3,6 @@
 #   snakemake results/fig2.pdf         one figure of the config's scale, training only its cells
 #   snakemake --profile slurm all      the paper's grid on a Slurm cluster
 # The grid, the recipes and the scales live in config.yaml; the logic in src/arrepro.
-import os
 import sys
 from pathlib import Path
 
@@ -16,16 +15,15 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
-# The package: this checkout's src/, for this process and every job it starts (a job may run in a
-# conda env that does not install it), with the interpreter that runs the workflow first on PATH
-# (an activated conda env comes first anyway). People and tests import it installed (make setup).
+# The package: this checkout's src/, for this process and (preflight.share_package) every job it
+# starts. People and tests import it installed (make setup).
 ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
-os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
-os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
 
 from arrepro import smkgroups  # noqa: E402
-from arrepro.preflight import config_problem  # noqa: E402
+from arrepro.preflight import config_problem, share_package  # noqa: E402
+
+share_package(ROOT)
 
 smkgroups.install()  # Slurm bundles as the profile's group-components asks (Snakemake 9's merge fix)
 

@@ -152,9 +152,9 @@ def test_a_refactor_plans_nothing_and_the_moved_code_still_counts(wd):
     schedule = move_lr_schedule(wd)
     subprocess.run([sys.executable, "-c", "import arrepro.train"], cwd=wd / "src", check=True)  # still imports
     assert planned(wd) == {}
-    schedule.write_text(schedule.read_text().replace("return base * (1.0 - frac)", "return base * (1 - frac)"))
+    schedule.write_text(schedule.read_text().replace("return base * (1.0 - frac)", "return (base * (1.0 - frac))"))
     assert planned(wd) == {}  # (the same code after parsing)
-    schedule.write_text(schedule.read_text().replace("return base * (1 - frac)", "return base * (1.0 - frac) * 1.0"))
+    schedule.write_text(schedule.read_text().replace("return (base * (1.0 - frac))", "return base * (1.0 - frac) * 1.0"))
     assert planned(wd).get("train") == FIXED_CELLS + SEARCH_ROUND0
 
 

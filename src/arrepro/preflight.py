@@ -48,6 +48,18 @@ NOT_A_RUN = ("lint", "list_target_rules", "list_rules", "print_compilation", "co
              "delete_all_output", "delete_temp_output")
 
 
+def share_package(root) -> None:
+    """This checkout's ``src/`` on every job's PYTHONPATH (a job may run in a conda env that does
+    not install the package), and the interpreter running the workflow first on PATH (an
+    activated conda env comes first anyway): the one way the workflow's jobs find the package."""
+    import os
+    import sys
+    from pathlib import Path
+
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(root) / "src"), os.environ.get("PYTHONPATH", "")])
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+
+
 def invocation() -> dict | None:
     """``{"executor": name, "dryrun": bool}`` while the ``snakemake`` command reads the Snakefile
     to run the workflow (``-n`` included); None for commands that run no job (--lint, --unlock,
