@@ -265,6 +265,11 @@ def _dump():
 atexit.register(_dump)
 from snakemake.cli import main
 sys.argv = ["snakemake", *sys.argv[1:]]
+if os.environ.get("BENCH_PROFILE"):
+    import cProfile, time
+    prof = cProfile.Profile(time.thread_time)  # CPU time of the main thread, where the DAG lives
+    atexit.register(lambda: prof.dump_stats(os.environ["BENCH_PROFILE"]))
+    prof.enable()
 sys.exit(main())
 '''
 
@@ -330,16 +335,19 @@ def count_files(root: Path, sub: str):
     return sum(1 for _ in d.rglob("*.json")) if d.exists() else 0
 
 
-def run_smk(root: Path, args, timeout: float, kill_when=None):
+def run_smk(root: Path, args, timeout: float, kill_when=None, profile: Path | None = None):
     """Run Snakemake in root; returns a dict of measurements (status ok / failed / timeout / killed)."""
     rusage = root / f".rusage-{time.monotonic_ns()}.json"
+    env = {**os.environ, "BENCH_RUSAGE": str(rusage)}
+    if profile is not None:
+        env["BENCH_PROFILE"] = str(profile)
     log = root / f"log-{time.monotonic_ns()}.txt"
     cmd = [sys.executable, str(root / "run_snakemake.py"), "--cores", "2", *args]
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with open(log, "w") as logf:
         p = subprocess.Popen(cmd, cwd=root, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, "BENCH_RUSAGE": str(rusage)})
+                             env=env)
         status, cpu_at_kill = None, None
         while p.poll() is None:
             time.sleep(0.2)
@@ -364,6 +372,32 @@ def run_smk(root: Path, args, timeout: float, kill_when=None):
     res["cells_done"] = count_files(root, "cells")
     res["plans_done"] = count_files(root, "plans")
     return res
+
+
+# where the main process spends its time (cumulative, from cProfile): substrings of "file:function"
+PROFILE_KEYS = (("DAG update after a checkpoint", "dag.py:update_checkpoint_dependencies"),
+                ("  of it: re-evaluating jobs' input", "jobs.py:updated"),
+                ("  of it: postprocess (needrun etc.)", "dag.py:postprocess_after_update"),
+                ("initial DAG", "dag.py:init"),
+                ("choosing jobs to run (scheduler)", "job_scheduler.py:job_selector"),
+                ("  of it: ILP (building + solving)", "milp.py:select_jobs"),
+                ("finishing jobs (incl. the DAG update)", "dag.py:finish"),
+                ("running jobs (local executor)", "local.py:run_single_job"),
+                ("logging (formatting + writing)", "__init__.py:_log"))
+
+
+def profile_summary(path: Path):
+    import pstats
+
+    st = pstats.Stats(str(path)).stats
+    total = max(v[3] for v in st.values())
+    parts = []
+    for label, key in PROFILE_KEYS:
+        file_part, func = key.split(":")
+        hits = [(v[3], v[1]) for (f, _, fn), v in st.items() if f.endswith("/" + file_part) and fn == func]
+        if hits:
+            parts.append(f"    {label:<38} {max(hits)[0]:7.1f} s")
+    return f"  profiled run: {total:.1f} s CPU of the main thread under cProfile, of it:\n" + "\n".join(parts)
 
 
 def fmt_jobs(jobs: Counter):
@@ -391,10 +425,17 @@ def scaling(args, base: Path):
                 continue
             root = make_workflow(base / f"{design}-{n}", design, n, args.rounds)
             r = run_smk(root, ["all", *args.smk_args], args.timeout)
+            prof = None
+            if args.profile and r["status"] == "ok":  # a second run from nothing, under cProfile
+                root = make_workflow(base / f"{design}-{n}", design, n, args.rounds)
+                run_smk(root, ["all", *args.smk_args], args.timeout, profile=root / "main.prof")
+                prof = profile_summary(root / "main.prof")
             extra = "" if r["status"] == "ok" else f" after {r['wall']:.0f} s: {r['cells_done']}/{cells} cells, {r['plans_done']} plans"
             if r["status"] == "ok" and r["cells_done"] != cells:
                 extra += f" (cells on disk {r['cells_done']} != {cells} expected)"
             print(row(n, cells, design, r, extra), flush=True)
+            if prof:
+                print(prof, flush=True)
             if r["status"] == "timeout":
                 gave_up.add(design)
             results[(n, design)] = r
@@ -527,6 +568,8 @@ def main():
     ap.add_argument("--direct-run", action="store_true",
                     help="with --extras: also run the workflow whose aggregates call checkpoints.get to the end")
     ap.add_argument("--semantics-size", type=int, default=20)
+    ap.add_argument("--profile", action="store_true",
+                    help="after each full run, run it again under cProfile and print where the main process's time went")
     ap.add_argument("--keep", action="store_true", help="keep the generated workflows")
     ap.add_argument("--dir", help="where to generate them (default: a new temporary directory)")
     ap.add_argument("--smk-args", default="", help="extra Snakemake arguments, e.g. '--scheduler greedy'")
