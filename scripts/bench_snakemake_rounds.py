@@ -20,6 +20,7 @@ Designs (where the round jobs cut the settings):
   global       one checkpoint per round across all settings
   per_group    one checkpoint per (group, round); 5 groups sized like the resource tiers of
                src/arrepro/resources.py at the paper scale (share of its cells per tier)
+  groupsN      as per_group with N groups of equal size (e.g. groups20)
   static       no checkpoint: every round's cells computed when the Snakefile is parsed (the
                same jobs, for reference: what the DAG costs without dynamic planning)
 
@@ -282,6 +283,9 @@ def units_of(design, settings):
         return {s: [s] for s in settings}
     if design == "global":
         return {"all": list(settings)}
+    if design.startswith("groups"):  # groupsN: N groups of (nearly) equal size
+        k = int(design.removeprefix("groups"))
+        return {f"g{i:03d}": list(settings[i * len(settings) // k:(i + 1) * len(settings) // k]) for i in range(k)}
     units, start = {}, 0
     for i, (name, share) in enumerate(N_GROUPS_SHARE):
         stop = len(settings) if i == len(N_GROUPS_SHARE) - 1 else start + round(share * len(settings))
@@ -560,7 +564,8 @@ def semantics(args, base: Path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="50,100,200,493", help="numbers of settings (comma-separated)")
-    ap.add_argument("--designs", default=",".join(DESIGNS), help=f"any of {', '.join(DESIGNS)}")
+    ap.add_argument("--designs", default=",".join(DESIGNS),
+                    help=f"any of {', '.join(DESIGNS)}, or groupsN: one checkpoint per (group, round), N equal groups")
     ap.add_argument("--rounds", type=int, default=5, help="rounds per search, round 0 included")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per Snakemake run")
     ap.add_argument("--extras", action=argparse.BooleanOptionalAction, default=True)
@@ -576,7 +581,7 @@ def main():
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",")]
     args.designs = [d.strip() for d in args.designs.split(",")]
-    bad = set(args.designs) - set(DESIGNS)
+    bad = {d for d in args.designs if d not in DESIGNS and not re.fullmatch(r"groups[1-9]\d*", d)}
     if bad:
         ap.error(f"unknown design(s) {sorted(bad)}; known: {DESIGNS}")
     if not 2 <= args.rounds <= len(NEW_CELLS) + 1:
