@@ -62,6 +62,13 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}\\%"
 
 
+def pct_range(mean: float, lo: float, hi: float) -> str:
+    """A mean over seeds with its min--max range (as the claims table prints it); the mean alone
+    where the seeds agree (or there is one)."""
+    rng = f" [{100 * lo:.1f}--{100 * hi:.1f}]" if hi > lo else ""
+    return f"{100 * mean:.1f}\\%{rng}"
+
+
 def pct_pm(mean: float, std: float) -> str:
     return f"{100 * mean:.1f}\\,$\\pm$\\,{100 * std:.1f}\\%"
 
@@ -138,9 +145,9 @@ def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_
     """
     s = {}
     top, low = best.loc[best["mean"].idxmax()], best.loc[best["mean"].idxmin()]
-    s.update(max=pct(top["mean"]), maxpm=pct_pm(top["mean"], top["std"]), maxwidth=fmt_int(top["width"]),
+    s.update(max=pct_range(top["mean"], top["min"], top["max"]), maxpm=pct_pm(top["mean"], top["std"]), maxwidth=fmt_int(top["width"]),
              maxlayers=fmt_int(top["layers"]), maxlen=fmt_int(top["seq_len"]), maxlr=fmt_lr(top["best_lr"]),
-             maxparams=fmt_count(top["parameters"]), min=pct(low["mean"]), minwidth=fmt_int(low["width"]),
+             maxparams=fmt_count(top["parameters"]), min=pct_range(low["mean"], low["min"], low["max"]), minwidth=fmt_int(low["width"]),
              minlen=fmt_int(low["seq_len"]), solved=fmt_int((best["mean"] >= GOOD).sum()),
              settings=fmt_int(len(best)))
     shapes = best.sort_values("mean", ascending=False).drop_duplicates(["width", "layers"])
@@ -148,7 +155,7 @@ def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_
         wide = shapes.sort_values(["width", "layers"], ascending=[False, True]).iloc[0]
         deep = shapes.sort_values(["layers", "width"], ascending=[False, True]).iloc[0]
         for name, r in (("wide", wide), ("deep", deep)):
-            s.update({f"{name}/acc": pct(r["mean"]), f"{name}/width": fmt_int(r["width"]),
+            s.update({f"{name}/acc": pct_range(r["mean"], r["min"], r["max"]), f"{name}/width": fmt_int(r["width"]),
                       f"{name}/layers": fmt_int(r["layers"]), f"{name}/params": fmt_count(r["parameters"])})
     windows = [window_of(r) for _, r in best.iterrows()] if "window_status" in best.columns else []
     if windows:
@@ -449,7 +456,7 @@ MODEL_STATS = {"max", "maxpm", "maxwidth", "maxlayers", "maxlen", "maxlr", "maxp
 EXP_FIELDS = {"title", "metric", "layers", "reflrs", "nlrs", "zoo/nlrs", "gain", "pespread", "pespreadmodel",
               *(f"best/{k}" for k in ("model", "width", "layers", "len", "acc"))}
 COPY_ALIASES = {"copytransformer": COPY_TRANSFORMER, "copymamba": COPY_MAMBA}  # \R{fig5/copymamba/max}, ...
-RUN_KEYS = {"claims/n", "claims/consistent", "claims/contradicted", "claims/inconclusive"}
+RUN_KEYS = {"claims/n", "claims/consistent", "claims/contradicted", "claims/inconclusive", "claims/notjudged"}
 
 
 def manuscript_keys(tex: str) -> list[str]:
@@ -533,6 +540,9 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
     keys["claims/n"] = fmt_int(len(rows))
     for v in ("consistent", "contradicted", "inconclusive"):
         keys[f"claims/{v}"] = fmt_int(sum(x == v for x in claim_keys.values()))
+    not_judged = [f"{exp}: {text}" for cid, exp, text, _ in CLAIMS if f"claim/{cid}" not in claim_keys]
+    if not_judged:  # (the experiment is not declared at this scale, or does not train the models)
+        keys["claims/notjudged"] = tex_escape("; ".join(not_judged))
     lines.append(r"\newcommand{\ClaimRows}{" + "\n".join(rows) + "}")
     lines += [f"\\arset{{{k}}}{{{v}}}" for k, v in keys.items()]
     return "\n".join(lines) + "\n"
