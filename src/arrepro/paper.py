@@ -31,7 +31,7 @@ from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORM
                             present, rules_text, window_of)
 from arrepro.aggregate import WINDOW
 from arrepro.grid import architecture
-from arrepro.tex import fmt_count, fmt_int, pct, pct_pm, tex_escape, tex_lr
+from arrepro.tex import fmt_count, fmt_int, pct, pct_pm, pct_range, tex_escape, tex_lr
 
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
                 "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_lrs", "parameters"]
@@ -98,9 +98,9 @@ def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_
     """
     s = {}
     top, low = best.loc[best["mean"].idxmax()], best.loc[best["mean"].idxmin()]
-    s.update(max=pct(top["mean"]), maxpm=pct_pm(top["mean"], top["std"]), maxwidth=fmt_int(top["width"]),
+    s.update(max=pct_range(top["mean"], top["min"], top["max"]), maxpm=pct_pm(top["mean"], top["std"]), maxwidth=fmt_int(top["width"]),
              maxlayers=fmt_int(top["layers"]), maxlen=fmt_int(top["seq_len"]), maxlr=tex_lr(top["best_lr"]),
-             maxparams=fmt_count(top["parameters"]), min=pct(low["mean"]), minwidth=fmt_int(low["width"]),
+             maxparams=fmt_count(top["parameters"]), min=pct_range(low["mean"], low["min"], low["max"]), minwidth=fmt_int(low["width"]),
              minlen=fmt_int(low["seq_len"]), solved=fmt_int((best["mean"] >= GOOD).sum()),
              settings=fmt_int(len(best)))
     shapes = best.sort_values("mean", ascending=False).drop_duplicates(["width", "layers"])
@@ -108,7 +108,7 @@ def model_stats(best: pd.DataFrame, cells: pd.DataFrame, metric: str, reference_
         wide = shapes.sort_values(["width", "layers"], ascending=[False, True]).iloc[0]
         deep = shapes.sort_values(["layers", "width"], ascending=[False, True]).iloc[0]
         for name, r in (("wide", wide), ("deep", deep)):
-            s.update({f"{name}/acc": pct(r["mean"]), f"{name}/width": fmt_int(r["width"]),
+            s.update({f"{name}/acc": pct_range(r["mean"], r["min"], r["max"]), f"{name}/width": fmt_int(r["width"]),
                       f"{name}/layers": fmt_int(r["layers"]), f"{name}/params": fmt_count(r["parameters"])})
     windows = [window_of(r) for _, r in best.iterrows()] if "window_status" in best.columns else []
     if windows:
@@ -409,7 +409,7 @@ MODEL_STATS = {"max", "maxpm", "maxwidth", "maxlayers", "maxlen", "maxlr", "maxp
 EXP_FIELDS = {"title", "metric", "layers", "reflrs", "nlrs", "zoo/nlrs", "gain", "pespread", "pespreadmodel",
               *(f"best/{k}" for k in ("model", "width", "layers", "len", "acc"))}
 COPY_ALIASES = {"copytransformer": COPY_TRANSFORMER, "copymamba": COPY_MAMBA}  # \R{fig5/copymamba/max}, ...
-RUN_KEYS = {"claims/n", "claims/consistent", "claims/contradicted", "claims/inconclusive"}
+RUN_KEYS = {"claims/n", "claims/consistent", "claims/contradicted", "claims/inconclusive", "claims/notjudged"}
 
 
 def manuscript_keys(tex: str) -> list[str]:
@@ -493,6 +493,9 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
     keys["claims/n"] = fmt_int(len(rows))
     for v in ("consistent", "contradicted", "inconclusive"):
         keys[f"claims/{v}"] = fmt_int(sum(x == v for x in claim_keys.values()))
+    not_judged = [f"{exp}: {text}" for cid, exp, text, _ in CLAIMS if f"claim/{cid}" not in claim_keys]
+    if not_judged:  # (the experiment is not declared at this scale, or does not train the models)
+        keys["claims/notjudged"] = tex_escape("; ".join(not_judged))
     lines.append(r"\newcommand{\ClaimRows}{" + "\n".join(rows) + "}")
     lines += [f"\\arset{{{k}}}{{{v}}}" for k, v in keys.items()]
     return "\n".join(lines) + "\n"

@@ -22,6 +22,13 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}\\%"
 
 
+def pct_range(mean: float, lo: float, hi: float) -> str:
+    """A mean over seeds with its min--max range (as the claims table prints it); the mean alone
+    where the seeds agree (or there is one)."""
+    rng = f" [{100 * lo:.1f}--{100 * hi:.1f}]" if hi > lo else ""
+    return f"{100 * mean:.1f}\\%{rng}"
+
+
 def pct_pm(mean: float, std: float) -> str:
     return f"{100 * mean:.1f}\\,$\\pm$\\,{100 * std:.1f}\\%"
 
