@@ -115,7 +115,7 @@ def atomic_write(path, write) -> None:
     naming ``path``. The one way this project writes a file that others read."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # hidden, and one per writer
     try:
         write(tmp)
         os.replace(tmp, path)

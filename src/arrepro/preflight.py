@@ -32,7 +32,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from .files import checksum_path, table_problem
+from .files import checksum_path, table_problem, write_text_atomic
 
 SPLITS = ("train", "test")
 MANIFEST = "manifest.json"  # beside a task's train.npz and test.npz: {file: {sha256, size, mtime_ns}}
@@ -168,12 +168,9 @@ def other_run(workdir: str | Path = ".") -> dict | None:
 def record_run(workdir: str | Path = ".") -> None:
     """Record this process as the run that holds ``workdir`` (written atomically)."""
     path = Path(workdir) / RUN_RECORD
-    path.parent.mkdir(parents=True, exist_ok=True)
     rec = {"pid": os.getpid(), "start_ticks": _start_ticks(os.getpid()),
            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(["snakemake", *sys.argv[1:]])}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(rec))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(rec))
 
 
 def holder_message(rec: dict, workdir: str | Path = ".") -> str:
@@ -206,9 +203,7 @@ def _read_manifest(folder: Path) -> dict:
 
 
 def _write_manifest(folder: Path, manifest: dict) -> None:
-    tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    tmp.replace(folder / MANIFEST)
+    write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
 
 
 def npz_problem(path: Path) -> str | None:
