@@ -1,13 +1,17 @@
 """Tidy tables of finished cells and the paper's statistic: best-over-LR accuracy.
 
-Which learning rate is "best" is the learning-rate search's decision (``arrepro.search``): for
-each (series, task, model, width, layers, recipe) the search's chosen learning rate, and there
-the mean, std, min and max over the reported seeds (choosing the best LR per seed would be biased
-upwards). A fixed grid trained on every seed is the search's special case: the learning rate
-with the highest mean over seeds, and among exactly tied best means the middle one in LR order
-(the lower of the two middle ones for an even count); ``n_tied_lrs`` says how many tied. The
-best table also carries the search's outcome and the setting's good-LR window
-(``arrepro.search.window``: its edges, as the tried learning rates bound them).
+The number reported for each (series, task, model, width, layers, recipe) is the paper's (A.2):
+the best, over the learning rates, of the mean over every reported seed. Which learning rates
+compete is the learning-rate search's decision (``arrepro.search``): its *candidates*, each
+trained on every reported seed; the best table's row is the chosen candidate (the best mean;
+among exactly tied ones the middle in LR order, the lower of the two middle ones for an even
+count; ``n_tied_lrs`` says how many tied) with the mean, std, min and max over every reported
+seed, and says what the number rests on: the candidates (``candidates``), the reported seeds
+(``seeds``), the learning rates tried (``n_lrs``) and cells trained (``n_cells``), the
+contenders the budget left untried (``n_contenders``). A fixed grid trained on every seed is the
+search's special case (every learning rate a candidate). The row also carries the search's
+outcome and the setting's good-LR window (``arrepro.search.window``: its edges, as the tried
+learning rates bound them).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo
 # the columns every reader of the tables relies on, each with a value on every row (read_*_table)
 CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters"]
 BEST_NOT_NULL = GROUP + ["metric", "best_lr", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
-                         "outcome", "window_status"]
+                         "outcome", "window_status", "candidates", "n_candidates", "seeds", "n_cells", "n_contenders"]
 
 
 def load_results(paths: list[str | Path], task_names: dict | None = None) -> pd.DataFrame:
@@ -52,24 +56,36 @@ def _accuracy(df: pd.DataFrame, metric: str) -> pd.Series:
     return df[metric].fillna(0.0).where(~df["diverged"].astype(bool), 0.0)
 
 
+def _lr_list(lrs) -> str:
+    return ";".join(f"{x:.3g}" for x in sorted(lrs))
+
+
 def _row(g: pd.DataFrame, metric: str, decision: dict) -> dict:
-    """One best-table row: the statistics over the seeds at the chosen learning rate."""
+    """One best-table row: the statistics over every reported seed at the chosen learning rate
+    (a row resting on fewer seeds than reported is refused: it would not be the paper's number)."""
     at = g[g["lr"] == decision["chosen"]].drop_duplicates("seed")
+    seeds = decision["seeds"]
+    if sorted(at["seed"]) != sorted(seeds):
+        raise ValueError(f"search {decision['search']}: the chosen learning rate {decision['chosen']:g} has seeds "
+                         f"{sorted(at['seed'])}, not every reported seed {sorted(seeds)}")
     acc = _accuracy(at, metric)
     w = decision["window"] or {}
     first = g.iloc[0]
     return {**{k: first[k] for k in GROUP}, "metric": metric, "best_lr": decision["chosen"],
             "mean": acc.mean(), "std": acc.std() if len(acc) > 1 else 0.0, "min": acc.min(), "max": acc.max(),
             "n_seeds": len(at), "n_diverged": int(at["diverged"].astype(bool).sum()),
-            "n_tied_lrs": decision["n_tied"], "n_lrs": decision["n_lrs"], "parameters": first["parameters"],
+            "n_tied_lrs": decision["n_tied"], "n_lrs": g["lr"].nunique(), "parameters": first["parameters"],
             "search": decision["search"], "outcome": decision["outcome"],
+            "candidates": _lr_list(decision["points"]), "n_candidates": len(decision["points"]),
+            "seeds": ";".join(str(int(x)) for x in seeds), "n_cells": len(g.drop_duplicates(["lr", "seed"])),
+            "n_contenders": decision.get("contenders", 0),
             **{f"window_{k}": w.get(k) for k in WINDOW}}
 
 
-def _points_decision(points: dict[float, float], search: str, outcome: str, window: dict | None) -> dict:
+def _points_decision(points: dict[float, float], search: str, outcome: str, window: dict | None, seeds) -> dict:
     top = max(points.values())
-    return {"chosen": S.best(points), "search": search, "outcome": outcome, "window": window,
-            "n_tied": sum(m >= top - S.EXACT for m in points.values()), "n_lrs": len(points)}
+    return {"chosen": S.best(points), "search": search, "outcome": outcome, "window": window, "points": points,
+            "n_tied": sum(m >= top - S.EXACT for m in points.values()), "seeds": list(seeds)}
 
 
 def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: float = 0.0,
@@ -83,7 +99,7 @@ def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: floa
     for _, g in df.assign(acc=_accuracy(df, metric)).groupby(GROUP, dropna=False, sort=True):
         points = g.groupby("lr")["acc"].mean().to_dict()
         w = S.window(points, learned, GOOD if good is None else good, min(points), max(points))
-        rows.append(_row(g, metric, _points_decision(points, "fixed", "fixed", window_dict(w))))
+        rows.append(_row(g, metric, _points_decision(points, "fixed", "fixed", window_dict(w), sorted(g["seed"].unique()))))
     return pd.DataFrame(rows).sort_values(GROUP).reset_index(drop=True)
 
 
@@ -119,8 +135,9 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             if state["phase"] != "done":
                 raise ValueError(f"search {key} is not done ({state['phase']}): its group's plan is not the last round's")
             points = dict(map(tuple, state["points"]))
-            best_rows.append(_row(g, metric, {**_points_decision(points, key, state["outcome"], state["window"]),
-                                              "chosen": state["chosen_lr"]}))
+            seeds = entry["spec"]["seeds"]
+            best_rows.append(_row(g, metric, {**_points_decision(points, key, state["outcome"], state["window"], seeds),
+                                              "chosen": state["chosen_lr"], "contenders": len(state["contenders"])}))
     cells = pd.concat(cell_parts, ignore_index=True)
     write_table(cells[["series"] + [c for c in cells.columns if c != "series"]], cells_csv)
     write_table(pd.DataFrame(best_rows).sort_values(GROUP).reset_index(drop=True), best_csv)

@@ -16,14 +16,19 @@ Wall time (minutes) of a cell, from its spec (``Grid.cell_spec``)::
     minutes = (startup + compute) * safety, rounded up to 5 min, at least ``floor``,
               then times 2**(attempt - 1) for a retry, at most MAX_RUNTIME_MIN.
 
-GPU constants are for one A100/H100-class GPU running this package's eager PyTorch model in
-bf16: 40 TFLOP/s effective for d >= 1024 (less for narrower models, whose matrices are too
-small to fill the GPU), 2 ms + 2.5 ms per layer of fixed cost per optimiser step, two minutes
-of start-up (Snakemake, conda env, CUDA context, data load) and a safety factor of 1.5.
-Calibration against the paper ("10 minutes to 18 hours" per run): its smallest cell (L64,
-width 64, 2 layers, 50 epochs, 9,800 steps) comes out at ~8 min and is requested at the
+GPU constants are for one A100/H100-class GPU running this package's eager PyTorch model, at
+the throughput its precision allows (``CUDA_TFLOPS``; the paper scale trains in ``tf32``: fp32
+weights and activations, TF32 tensor-core matmuls): 40 TFLOP/s effective for d >= 1024 (less
+for narrower models, whose matrices are too small to fill the GPU), 2 ms + 2.5 ms per layer of
+fixed cost per optimiser step, two minutes of start-up (Snakemake, conda env, CUDA context,
+data load) and a safety factor of 1.5. Calibration against the paper (A.2: an A100 80GB, "10
+minutes to 18 hours" per run, about 20,000 GPU-hours for over 3,000 runs): its smallest cell
+(L64, width 64, 2 layers, 50 epochs, 9,800 steps) comes out at ~8 min and is requested at the
 10-minute floor; its largest (L512, width 2048, 2 layers, batch 128: 39,100 steps, 2.6e9
-tokens, 1.6e18 FLOPs) at ~11.5 h of compute, requested at ~17.5 h. ``MIXER_FACTOR`` scales
+tokens, 1.6e18 FLOPs) at ~11.5 h of compute, requested at ~17.5 h. In plain fp32 (CUDA cores,
+19.5 TFLOP/s peak on an A100) the same cell would take ~35 h: the paper's own times say it
+used tensor cores (TF32 or bf16; it does not say which), hence ``tf32``. The uncertainty is
+about a factor of two either way (the effective fraction of the peak, the mixers' factors). ``MIXER_FACTOR`` scales
 the arithmetic of mixers slower than attention (scans, FFT convolutions); these factors are
 estimates, not measurements, kept at most 1.5 so that the slowest cell of the grid (Hyena, H3
 or RWKV at L512, width 2048) comes out at ~17 h, the paper's longest run. CPU constants (the demo and tiny scales) were measured on a
@@ -125,8 +130,15 @@ class Device:
     base_mem_mb: int  # interpreter, torch, CUDA context
 
 
+# The GPU's effective throughput (TFLOP/s at full width) by the cell's precision, one A100-class
+# GPU: tf32 calibrated to the paper's longest run (above: ~38 TFLOP/s for its largest cell, a
+# quarter of TF32's 156 peak); bf16 the same (not calibrated: models this small are bound by
+# memory traffic and launches more than by arithmetic); fp32 without TF32 two thirds of the
+# A100's 19.5 on CUDA cores. ``python -m arrepro.resources`` prints the calibration.
+CUDA_TFLOPS = {"tf32": 40.0, "bf16": 40.0, "fp32": 13.0}
+
 DEVICES = {
-    "cuda": Device(startup_s=120, step_fixed_s=0.002, step_per_layer_s=0.0025, peak_flops=40e12,
+    "cuda": Device(startup_s=120, step_fixed_s=0.002, step_per_layer_s=0.0025, peak_flops=CUDA_TFLOPS["tf32"] * 1e12,
                    full_width=1024, min_flops=1e12, safety=1.5, floor_min=10, base_mem_mb=6000),
     "cpu": Device(startup_s=20, step_fixed_s=0.0015, step_per_layer_s=0.003, peak_flops=5e9,
                   full_width=1, min_flops=5e9, safety=2.0, floor_min=5, base_mem_mb=1500),
@@ -165,6 +177,13 @@ def _device(spec: dict) -> Device:
     return DEVICES["cuda" if spec.get("device") == "cuda" else "cpu"]
 
 
+def peak_flops(spec: dict) -> float:
+    """The cell's device's effective FLOP/s at full width (on CUDA: by its precision)."""
+    if spec.get("device") == "cuda":
+        return CUDA_TFLOPS[defaults.scale(spec, "precision")] * 1e12
+    return _device(spec).peak_flops
+
+
 def _task_shape(spec: dict) -> tuple[int, int, int, int, int]:
     """(sequence length, train examples, test examples, vocabulary, labelled positions)."""
     t = spec["task_def"]
@@ -195,12 +214,13 @@ def estimate_seconds(spec: dict, share: int = 1, mps: bool = False) -> float:
     bs = int(spec["batch_size"])
     d, n = int(spec["width"]), int(spec["layers"])
     steps = math.ceil(n_train / bs) * epochs
-    throughput = max(dev.min_flops, dev.peak_flops * min(1.0, d / dev.full_width))
+    peak = peak_flops(spec)
+    throughput = max(dev.min_flops, peak * min(1.0, d / dev.full_width))
     flops = (n_train + n_test / 3) * T * epochs * flops_per_token(spec)  # eval: a forward pass
     overhead = steps * (dev.step_fixed_s + dev.step_per_layer_s * n)
     compute = overhead + flops / throughput
     if share > 1:
-        busy = share * flops / (dev.peak_flops if mps else throughput)  # the device, for all of them
+        busy = share * flops / (peak if mps else throughput)  # the device, for all of them
         compute = max(compute, busy) * SHARE_SLOWDOWN
     return dev.startup_s + compute
 
@@ -432,7 +452,9 @@ def protocol_plan(grid, cells_per_gpu: int = 1, protocol: str | None = None) -> 
             "cells_max": int(max_cells - shared), "gpu_hours_estimated_max": est_max,
             "gpu_hours_requested_max": req_max, "by_kind": kinds,
             "cells_fixed_grid": fixed["cells"], "gpu_hours_estimated_fixed_grid": fixed["estimated_gpu_hours"],
-            "gpu_hours_requested_fixed_grid": fixed["gpu_hours"], "cells_per_gpu": cells_per_gpu}
+            "gpu_hours_requested_fixed_grid": fixed["gpu_hours"], "cells_per_gpu": cells_per_gpu,
+            "ratio_cells_to_fixed_grid": (max_cells - shared) / max(fixed["cells"], 1),
+            "ratio_gpu_hours_to_fixed_grid": est_max / max(fixed["estimated_gpu_hours"], 1e-9)}
 
 
 def searches_cells_round0(search) -> list:
@@ -498,6 +520,8 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
               f"{k['cells_max']:5d} cells, {k['gpu_hours_estimated_max']:6.0f} GPU-hours")
     print(f"  the fixed grid (lr_protocol: grid, every lr on every seed): {pp['cells_fixed_grid']} cells, "
           f"{pp['gpu_hours_estimated_fixed_grid']:.0f} GPU-hours estimated ({pp['gpu_hours_requested_fixed_grid']:.0f} requested)")
+    print(f"  the protocol at most, against the fixed grid: {pp['ratio_cells_to_fixed_grid']:.2f} of its cells, "
+          f"{pp['ratio_gpu_hours_to_fixed_grid']:.2f} of its GPU-hours")
     searches_r0 = None
     for n in dict.fromkeys((1, a.cells_per_gpu)):
         from .rounds import Searches

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
-from .search import Round, SearchSpec, State, cells_of, decide, window
+from .search import Round, SearchSpec, State, cells_of, decide, state_window
 
 PROTOCOLS = ("search", "grid")
 SEARCH_DEFAULTS = schema_defaults("search")  # an lr_searches entry's defaults: the config schema's
-MERGEABLE = ("search_seeds", "window", "rounds", "per_round")  # merged to the most demanding
+MERGEABLE = ("search_seeds", "window", "rounds", "per_round", "ladder", "budget")  # merged to the most demanding
 BIG = "big"  # the group of cells too big to share a Slurm job (resources.group is None)
 
 
@@ -117,21 +117,23 @@ class Searches:
         lrs = self.grid.lrs(g, where)
         name = g.get("search") if self.protocol == "search" else None
         if name is None:  # a fixed grid: every learning rate on every seed
-            return SearchSpec(tuple(sorted(lrs)), min(lrs), max(lrs), SEARCH_DEFAULTS["resolution"], 0, 1, seeds, seeds,
-                              False, 0.0, 0, SEARCH_DEFAULTS["plateau"], learned, claims.GOOD)
+            return search_spec({"rounds": 0, "search_seeds": "all"}, lrs, seeds, learned, claims.GOOD)
         key = f"lr_searches.{name}"
         if name not in cfg.get("lr_searches", {}):
             raise ConfigError(f"{where}.search: unknown search {name!r}; known: {sorted(cfg.get('lr_searches', {}))}")
-        d = {**SEARCH_DEFAULTS, **cfg["lr_searches"][name]}
+        d = cfg["lr_searches"][name]
         start = self.grid.lrs({"lrs": d["start"]}, f"{key}.start") if "start" in d else lrs
-        lo, hi = (float(x) for x in d.get("range", (min(start), max(start))))
-        n = d["search_seeds"]
+        n = d.get("search_seeds", SEARCH_DEFAULTS["search_seeds"])
         if n != "all" and n > len(seeds):
             raise ConfigError(f"{key}.search_seeds: {n} is more than the {len(seeds)} seed(s) of {where}")
+        from .resources import GROUP_TIERS
+
+        tiers = [t.name for t in GROUP_TIERS] + [BIG]
+        unknown = sorted(set(d.get("tier_budget", {})) - set(tiers))
+        if unknown:
+            raise ConfigError(f"{key}.tier_budget: unknown cost tier(s) {unknown}; known: {tiers}")
         try:
-            return SearchSpec(tuple(sorted(start)), lo, hi, float(d["resolution"]), int(d["rounds"]),
-                              int(d["per_round"]), seeds if n == "all" else seeds[:n], seeds, bool(d["window"]),
-                              float(d["tie"]), int(d["tie_seeds"]), float(d["plateau"]), learned, claims.GOOD)
+            return search_spec(d, start, seeds, learned, claims.GOOD, self._tier(setting))
         except ValueError as err:
             raise ConfigError(f"{key}: {err} (used by {where})") from None
 
@@ -154,9 +156,9 @@ class Searches:
         return sorted({s.group for _, s in self.of_experiment(exp)})
 
     def final_round(self, group: str) -> int:
-        """The round whose plan adds no cell to any search of the group: start, the refinement
-        rounds, a settling round, a reporting round, then this one."""
-        return max(s.spec.rounds for s in self.groups[group]) + 3
+        """The round whose plan adds no cell to any search of the group: start, every round a
+        search may take after it (``SearchSpec.max_rounds``), then this one."""
+        return max(s.spec.max_rounds for s in self.groups[group]) + 1
 
     def round0_cells(self) -> list[Cell]:
         """Every cell of round 0, once (what a dry run can list before any result exists)."""
@@ -174,13 +176,13 @@ class Searches:
         if not self.searches:
             return "learning-rate searches: none"
         refined = sum(1 for s in self.searches.values() if s.spec.rounds)
-        rounds = max(s.spec.rounds for s in self.searches.values())
+        rounds = max(s.spec.max_rounds for s in self.searches.values())
         return (f"learning-rate searches (lr_protocol: {self.protocol}): {len(self.searches):,} settings in "
                 f"{len(self.groups)} group(s) (by cost and by the experiments they serve); {refined:,} refine. Round 0 trains "
-                f"{len(self.round0_cells()):,} cells; each group's later rounds (up to {rounds} refining, then one "
-                f"settling near ties, one reporting every seed at the chosen learning rate) are planned by its "
-                f"search_round jobs as results come in: at most {self.max_cells():,} cells in all. Decisions: "
-                f"{self.grid.out}/searches/.")
+                f"{len(self.round0_cells()):,} cells; each group's later rounds (up to {rounds}: new learning rates where "
+                f"the results point, more seeds for the candidates and contenders, until every reported number is "
+                f"the best candidate's mean over every seed) are planned by its search_round jobs as results come "
+                f"in: at most {self.max_cells():,} cells in all. Decisions: {self.grid.out}/searches/.")
 
     @functools.lru_cache(maxsize=None)
     def params(self, group: str) -> str:
@@ -200,6 +202,31 @@ def settings_of(grid: Grid, g: dict) -> list[Setting]:
             for t in g["tasks"] for m in g["models"] for w in g["widths"] for n in g["layers"]]
 
 
+def search_spec(entry: dict, start, seeds, learned: float, good: float, tier: str | None = None) -> SearchSpec:
+    """An ``lr_searches`` entry (its defaults: the config schema's) as the spec of a setting with
+    these start learning rates and reported seeds, whose cells are of the cost ``tier``
+    (``arrepro.resources.group``, or "big": its ``tier_budget`` overrides ``budget``). The
+    ladder's ``all`` is every seed; a step at or above the seeds' count (a 3-seed scale with a
+    5-seed ladder) is dropped; with every seed searching there is no ladder."""
+    d = {**SEARCH_DEFAULTS, **entry}
+    if tier in d.get("tier_budget", {}):
+        d["budget"] = d["tier_budget"][tier]
+    seeds = tuple(int(s) for s in seeds)
+    n = d["search_seeds"]
+    search = seeds if n == "all" else seeds[:int(n)]
+    ladder = []
+    if len(search) < len(seeds):
+        for s, take in d["ladder"]:
+            s = len(seeds) if s == "all" else int(s)
+            if len(search) < s < len(seeds):
+                ladder.append((s, int(take)))
+        ladder.append((len(seeds), int(d["ladder"][-1][1])))
+    lo, hi = (float(x) for x in d.get("range", (min(start), max(start))))
+    return SearchSpec(tuple(sorted(float(x) for x in start)), lo, hi, float(d["resolution"]), int(d["rounds"]),
+                      int(d["per_round"]), search, seeds, bool(d["window"]), tuple(ladder), int(d["budget"]),
+                      float(d["plateau"]), learned, good)
+
+
 def _core_key(spec: SearchSpec) -> str:
     """A spec without its MERGEABLE fields: specs with the same core are one search."""
     d = spec.as_dict()
@@ -209,7 +236,9 @@ def _core_key(spec: SearchSpec) -> str:
 
 
 def merge(specs: list[SearchSpec]) -> list[SearchSpec]:
-    """One spec per distinct core (everything but MERGEABLE): the most demanding of its specs."""
+    """One spec per distinct core (everything but MERGEABLE): the most demanding of its specs (the
+    most search seeds, and with them that spec's rounds, ladder and budget; between equal search
+    seeds the larger budget and the most rounds; the window if any asks for it)."""
     out: dict[str, SearchSpec] = {}
     for sp in specs:
         k = _core_key(sp)
@@ -217,10 +246,12 @@ def merge(specs: list[SearchSpec]) -> list[SearchSpec]:
             out[k] = sp
             continue
         o = out[k]
-        seeds = sp.search_seeds if len(sp.search_seeds) > len(o.search_seeds) else o.search_seeds
-        out[k] = SearchSpec(**{**o.as_dict(), "search_seeds": tuple(seeds), "seeds": tuple(o.seeds),
-                               "start": tuple(o.start), "window": o.window or sp.window,
-                               "rounds": max(o.rounds, sp.rounds), "per_round": max(o.per_round, sp.per_round)})
+        lead = max((o, sp), key=lambda x: (len(x.search_seeds), x.max_cells()))
+        peers = [x for x in (o, sp) if len(x.search_seeds) == len(lead.search_seeds)]
+        merged = dataclasses.replace(lead, window=o.window or sp.window, rounds=max(x.rounds for x in peers),
+                                     per_round=max(x.per_round for x in peers), budget=0)
+        budget = max(x.budget for x in peers) if lead.budget else 0
+        out[k] = dataclasses.replace(merged, budget=budget)
     return list(out.values())
 
 
@@ -305,9 +336,15 @@ def run_round(searches_json: str, group: str, r: int, previous: dict | None, out
 
 
 def state_dict(state: State, spec: SearchSpec, results: dict) -> dict:
-    w = window(state.points, spec.learned, spec.good, spec.lo, spec.hi) if state.points else None
+    """A search's state as its plan stores it: the chosen learning rate and its outcome, the
+    candidates' means over every reported seed (``points``), every learning rate's seeds and
+    mean so far (``scores``: [lr, seeds, mean]), the contenders left, the cells' accuracies and
+    the window (arrepro.search.state_window)."""
+    w = state_window(spec, state) if state.points else None
     return {"phase": state.phase, "chosen_lr": None if math.isnan(state.chosen) else state.chosen,
-            "outcome": state.outcome, "points": [[lr, m] for lr, m in sorted(state.points.items())],
+            "outcome": state.outcome, "why": state.why, "points": [[lr, m] for lr, m in sorted(state.points.items())],
+            "scores": [[lr, n, m] for lr, (n, m) in sorted(state.scores.items())],
+            "contenders": sorted(state.contenders),
             "diverged": [[lr, n] for lr, n in sorted(state.diverged.items())],
             "results": [[lr, s, a] for (lr, s), a in sorted(results.items())],
             "window": None if w is None else window_dict(w)}
@@ -317,7 +354,7 @@ def window_dict(w) -> dict:
     return {"status": w.status, "lo": w.lo, "hi": w.hi, "below": w.below, "above": w.above,
             "open_lo": w.open_lo, "open_hi": w.open_hi, "width": w.width, "width_max": w.width_max,
             "resolution": w.resolution, "n_good": w.n_good, "n_tried": w.n_tried, "gaps": w.gaps,
-            "text": w.text()}
+            "unknown": w.unknown, "text": w.text()}
 
 
 def write_reports(plans: list[dict], paths: list[str]) -> None:

@@ -1,34 +1,48 @@
-"""The learning-rate search: which learning rates (and seeds) a setting trains, round by round.
+"""The learning-rate search: which learning rates, on which seeds, a setting trains, round by round.
 
-The paper's finding is that recurrent models succeed only in a narrow window of learning rates.
-A fixed grid either misses the window or pays for every point of a fine grid five times. This
-protocol instead finds and resolves the window adaptively, deterministically, in rounds that a
-workflow can run without a human in between:
+The paper reports, for each configuration, the best over the learning rates tried of the mean
+accuracy over all its seeds (A.2). Its finding is that recurrent models succeed only in a narrow
+window of learning rates, so a fixed grid either misses the window or pays for every point of a
+fine grid on every seed. This protocol reports exactly the paper's statistic, the best over a set
+of *candidate* learning rates of the mean over **every reported seed**, each candidate trained on
+every reported seed, and spends cells only where they can change that number:
 
-round 0   the start grid, on the search seed(s);
-refine    (at most ``rounds`` rounds, each adding at most ``per_round`` learning rates, never
-          leaving ``[lo, hi]``), on the search seeds: a best learning rate on the edge of what
-          was tried extends the search outward by the start grid's step; otherwise new learning
-          rates bracket the best (log-space midpoints) until its neighbours are within
-          ``resolution`` decades; with ``window``, the same for the two edges of the good window
-          (the learning rates whose mean reaches ``good``), after the peak;
-settle    if the two best learning rates are within ``tie`` of each other on the search seeds
-          (a near tie, below a ``plateau``), both train ``tie_seeds`` more seeds and the better
-          mean over all their seeds wins: a near tie is settled on seeds, not by a coin;
-report    the chosen learning rate trains every reported seed it has not trained yet.
+start     round 0: the start grid on the search seed(s);
+refine    (at most ``rounds`` rounds of at most ``per_round`` new learning rates, never leaving
+          ``[lo, hi]``, on the search seeds): a best learning rate on the edge of what was tried
+          extends outward by the start grid's step; otherwise midpoints bracket the best until its
+          neighbours lie within ``resolution`` decades; with ``window``, the same for the good
+          window's two edges. "Best" here is the best *score*, a learning rate's mean over the
+          seeds it has so far. A setting where any seed of any learning rate learned is searched
+          as learned; where none has yet, a best on an edge still extends; where every cell
+          diverged, the search extends towards lower learning rates;
+seeds     successive halving over seeds (``ladder``): the best-scoring learning rates climb to
+          more seeds in steps (e.g. the top 3 to 2 seeds, then the top 2 of those to every seed),
+          so at least ``ladder[-1].take`` candidates end on every reported seed; then any learning
+          rate that could still beat the best candidate climbs too. "Could still beat": accuracy
+          is at most 1, so a learning rate with k of n seeds can at best reach
+          (its k accuracies + (n - k)) / n, its *bound*; once the best candidate's mean reaches
+          it, more seeds there cannot change the reported number.
 
-It stops refining on resolution, on the round budget, on a plateau (two or more learning rates
-at or above ``plateau``: the optimum is anywhere on it), and when nothing learns (no learning
-rate's mean reaches the ``learned`` threshold). A diverged cell (non-finite loss) is a result:
-its accuracy counts as 0. Every decision is a pure function of the results so far (the same
-results give the same rounds, whatever order they arrived in), and each round records its reason.
+Refinement and seeds interleave: each round asks first whether the evidence (scores over all the
+seeds trained so far) wants another learning rate, then whether a learning rate must climb. It
+never spends more than the setting's ``budget`` cells (exploration stops where the ladder's cells
+would no longer fit) nor more than ``max_rounds`` rounds after round 0.
 
-A fixed grid is the special case ``rounds = 0``: its start grid is the grid; with every seed a
-search seed it is exactly "every learning rate on every seed, report the best mean".
+The reported learning rate (``State.chosen``) is the candidate with the best mean over every
+reported seed (among exactly tied ones the middle, the lower of the two middle ones for an even
+count), and the outcome is computed at it: "resolved" (its nearest tried neighbours within the
+resolution), "plateau", "range" (it sits on a bound of the search range), "budget" (it wanted
+more learning rates), "not learned" (no cell of any seed learned), "fixed" (a fixed grid). A
+diverged cell (non-finite loss) is a result: its accuracy counts as 0. Every decision is a pure
+function of the results so far (the same results give the same rounds, in whatever order they
+arrived), and each round records its reason.
 
-This module is pure Python (no project imports, no torch, no pandas): the thresholds it uses
-(``learned``, ``good``) come in the spec, from ``arrepro.claims``. It is also the one definition
-of a setting's learning-rate window (``window``), which the tables, the claims and the paper use.
+A fixed grid is the special case ``rounds = 0`` with every seed a search seed: every learning
+rate on every seed, the best mean reported. This module is pure Python (no project imports, no
+torch, no pandas): the thresholds it uses (``learned``, ``good``) come in the spec, from
+``arrepro.claims``. It is also the one definition of a setting's learning-rate window
+(``window``), which the tables, the claims and the paper use.
 """
 from __future__ import annotations
 
@@ -37,7 +51,11 @@ from dataclasses import asdict, dataclass, field
 
 EXACT = 1e-9  # means closer than this are equal (ties at accuracy 1.0 are common on MQAR)
 LOG_EPS = 1e-6  # decades: two learning rates this close in log10 are the same point
-KINDS = ("start", "refine", "settle", "report")
+# decades: how far a resolution or a lattice point may be missed. The start grids' 3.16 sits
+# 0.4997 decades above 1 and 0.5003 below 10; a midpoint snapped to three digits is off by up to
+# 4e-4 decades (1.78e-3 is 0.2504 decades from 1e-3): both are the resolution they mean.
+RES_TOL = 1e-3
+KINDS = ("start", "refine", "seeds")
 
 
 def snap(lr: float) -> float:
@@ -55,9 +73,19 @@ def midpoint(a: float, b: float) -> float:
     return snap(math.sqrt(a * b))
 
 
+def _mean(xs) -> float:
+    return sum(xs) / len(xs)
+
+
 @dataclass(frozen=True)
 class SearchSpec:
-    """One setting's search, fully resolved (numbers, not names)."""
+    """One setting's search, fully resolved (numbers, not names).
+
+    ``ladder``: the successive-halving steps over seeds, ((seeds, take), ...) with seeds rising
+    from above the search seeds' count to every reported seed: at each step the ``take``
+    best-scoring learning rates (among those with the step before's seeds) get ``seeds`` seeds.
+    Empty when every seed searches (a curve, a fixed grid). ``budget``: cells at most (0: the
+    exploration's and the ladder's own cost, ``base_cells``, with nothing left for contenders)."""
 
     start: tuple[float, ...]  # round 0's learning rates
     lo: float  # the range the search may not leave
@@ -66,41 +94,75 @@ class SearchSpec:
     rounds: int  # refinement rounds at most (0: a fixed grid)
     per_round: int  # new learning rates a refinement round adds at most
     search_seeds: tuple[int, ...]  # the seeds every searched learning rate trains
-    seeds: tuple[int, ...]  # the seeds reported at the chosen learning rate (search seeds first)
+    seeds: tuple[int, ...]  # every reported seed (search seeds first)
     window: bool  # also resolve the edges of the good window
-    tie: float  # on the search seeds, the two best within this are a near tie (settled on seeds)
-    tie_seeds: int  # seeds a near tie is settled on (taken from the reported seeds)
-    plateau: float  # two or more learning rates at or above this: a plateau (nothing to refine or settle)
-    learned: float  # a mean below this everywhere: nothing learned (from arrepro.claims)
+    ladder: tuple[tuple[int, int], ...]  # ((seeds, take), ...): successive halving over seeds
+    budget: int  # cells at most (0: base_cells)
+    plateau: float  # two or more learning rates at or above this: a plateau (the peak is not refined)
+    learned: float  # no cell of any seed reaching this: nothing learned (from arrepro.claims)
     good: float  # a learning rate is in the good window when its mean reaches this
 
     def __post_init__(self):
+        object.__setattr__(self, "ladder", tuple((int(s), int(t)) for s, t in self.ladder))
         if not self.start or any(not (self.lo * (1 - 1e-12) <= x <= self.hi * (1 + 1e-12)) for x in self.start):
             raise ValueError(f"start grid {list(self.start)} must lie inside the range [{self.lo:g}, {self.hi:g}]")
-        if tuple(self.seeds[:len(self.search_seeds)]) != tuple(self.search_seeds):
+        if tuple(self.seeds[:len(self.search_seeds)]) != tuple(self.search_seeds) or not self.search_seeds:
             raise ValueError(f"the search seeds {list(self.search_seeds)} must be the first of the seeds {list(self.seeds)}")
-        if self.resolution <= 0 or self.rounds < 0 or self.per_round < 1 or self.tie_seeds < 0:
-            raise ValueError("resolution must be > 0, rounds >= 0, per_round >= 1, tie_seeds >= 0")
+        if self.resolution <= 0 or self.rounds < 0 or self.per_round < 1 or self.budget < 0:
+            raise ValueError("resolution must be > 0, rounds >= 0, per_round >= 1, budget >= 0")
+        levels = self.levels
+        if levels[-1] != len(self.seeds) or any(b <= a for a, b in zip(levels, levels[1:])):
+            raise ValueError(f"ladder {[list(x) for x in self.ladder]}: its seeds must rise from the "
+                             f"{len(self.search_seeds)} search seed(s) to all {len(self.seeds)} seeds")
+        if any(t < 1 for _, t in self.ladder) or any(b > a for (_, a), (_, b) in zip(self.ladder, self.ladder[1:])):
+            raise ValueError(f"ladder {[list(x) for x in self.ladder]}: each step takes at least 1 learning rate, "
+                             "and no more than the step before")
+        if self.budget and self.budget < self.first_cells() + self.ladder_cells():
+            raise ValueError(f"budget {self.budget} is less than the start grid's {self.first_cells()} cells plus the "
+                             f"ladder's {self.ladder_cells()}")
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """The seed counts a learning rate can have: the search seeds', then each ladder step's."""
+        return (len(self.search_seeds),) + tuple(s for s, _ in self.ladder)
+
+    @property
+    def candidates(self) -> int:
+        """Learning rates that end on every reported seed, at least (where that many were tried)."""
+        return self.ladder[-1][1] if self.ladder else len(self.start)
 
     @property
     def step(self) -> float:
-        """Decades between start points (the median gap): how far an extension reaches."""
+        """Decades between start points (the median gap, to 3 decimals): how far an extension reaches."""
         xs = sorted(self.start)
         gaps = sorted(decades(a, b) for a, b in zip(xs, xs[1:]))
-        return gaps[len(gaps) // 2] if gaps else 2 * self.resolution
+        return round(gaps[len(gaps) // 2], 3) if gaps else 2 * self.resolution
 
-    @property
-    def settle_seeds(self) -> tuple[int, ...]:
-        rest = self.seeds[len(self.search_seeds):]
-        return tuple(rest[:self.tie_seeds])
+    def first_cells(self) -> int:
+        return len(self.start) * len(self.search_seeds)
+
+    def ladder_cells(self) -> int:
+        """The ladder's cells when no ranking changes on the way up."""
+        return sum(t * (s - a) for (s, t), a in zip(self.ladder, self.levels))
+
+    def base_cells(self) -> int:
+        """Every refinement round spent, and the ladder climbed once."""
+        return (len(self.start) + self.rounds * self.per_round) * len(self.search_seeds) + self.ladder_cells()
 
     def max_cells(self) -> int:
-        """The most cells this search can train, its whole round budget spent."""
-        searched = (len(self.start) + self.rounds * self.per_round) * len(self.search_seeds)
-        return searched + len(self.seeds) - len(self.search_seeds) + len(self.settle_seeds)
+        """The most cells this search can train."""
+        return self.budget or self.base_cells()
+
+    @property
+    def max_rounds(self) -> int:
+        """Rounds after round 0, at most: the refinement rounds, twice the ladder's steps (the
+        climb, then contenders) and one more (a climb after a refinement that the seeds asked for)."""
+        return self.rounds + (2 * len(self.ladder) + 1 if self.ladder else 0)
 
     def as_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        d["ladder"] = [list(x) for x in self.ladder]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "SearchSpec":
@@ -125,17 +187,22 @@ class Round:
 
 @dataclass
 class State:
-    """Where a search stands after the rounds so far: the chosen learning rate, the outcome of
-    the refinement, the search's points (learning rate -> mean over the search seeds)."""
+    """Where a search stands after the rounds so far. ``points``: the candidates (learning rates
+    trained on every reported seed) -> their mean over those seeds; ``scores``: every learning
+    rate tried -> (seeds trained, mean over them); ``chosen``: the best candidate (nan: none yet);
+    ``contenders``: learning rates that could still beat it but were left (budget or rounds)."""
 
-    phase: str  # refine | settle | report | done
+    phase: str  # refine | seeds | done
     chosen: float
-    outcome: str  # resolved | plateau | range | budget | not learned | fixed | refining
+    outcome: str  # resolved | plateau | range | budget | not learned | fixed | searching
     points: dict[float, float]
+    scores: dict[float, tuple[int, float]] = field(default_factory=dict)
     diverged: dict[float, int] = field(default_factory=dict)
+    contenders: list[float] = field(default_factory=list)
+    why: str = ""  # the outcome's reason
 
 
-# --------------------------------------------------------------------------- reading results
+# --------------------------------------------------------------------------- the evidence
 def _accuracy(results: dict, lr: float, seed: int) -> float:
     """A cell's accuracy for the search's decisions: a diverged cell (None) counts as 0."""
     if (lr, seed) not in results:
@@ -146,16 +213,68 @@ def _accuracy(results: dict, lr: float, seed: int) -> float:
 
 def means(results: dict, lrs, seeds) -> dict[float, float]:
     """lr -> mean accuracy over ``seeds`` (every cell must have a result)."""
-    return {lr: sum(_accuracy(results, lr, s) for s in seeds) / len(seeds) for lr in lrs}
+    return {lr: _mean([_accuracy(results, lr, s) for s in seeds]) for lr in lrs}
 
 
-def _tried(rounds: list[Round], seeds) -> list[float]:
-    """Learning rates trained on every one of ``seeds``, sorted."""
-    have: dict[float, set[int]] = {}
-    for r in rounds:
-        for lr, s in r.cells:
-            have.setdefault(lr, set()).add(s)
-    return sorted(lr for lr, ss in have.items() if set(seeds) <= ss)
+@dataclass
+class Evidence:
+    """What the rounds so far trained: each learning rate's seeds (always the first k of the
+    spec's seeds) and accuracies."""
+
+    spec: SearchSpec
+    acc: dict[float, list[float]]  # lr -> accuracies of seeds[:k], diverged as 0
+    diverged: dict[float, int]  # lr -> diverged cells
+    learned_any: bool  # some cell of some seed reached the learned threshold
+    all_diverged: bool
+
+    @classmethod
+    def of(cls, spec: SearchSpec, rounds: list[Round], results: dict) -> "Evidence":
+        have: dict[float, set[int]] = {}
+        for r in rounds:
+            for lr, s in r.cells:
+                have.setdefault(lr, set()).add(s)
+        acc, div = {}, {}
+        for lr in sorted(have):
+            seeds = [s for s in spec.seeds if s in have[lr]]
+            if seeds != list(spec.seeds[:len(seeds)]) or len(seeds) != len(have[lr]):
+                raise ValueError(f"learning rate {lr:g} trained seeds {sorted(have[lr])}: not the first of {list(spec.seeds)}")
+            acc[lr] = [_accuracy(results, lr, s) for s in seeds]
+            n = sum(results.get((lr, s)) is None for s in seeds)
+            if n:
+                div[lr] = n
+        cells = [(lr, s) for lr in have for s in have[lr]]
+        learned = any(a >= spec.learned for xs in acc.values() for a in xs)
+        return cls(spec, acc, div, learned, bool(cells) and all(results.get(c) is None for c in cells))
+
+    @property
+    def tried(self) -> list[float]:
+        return sorted(self.acc)
+
+    def n(self, lr: float) -> int:
+        return len(self.acc.get(lr, ()))
+
+    def score(self, lr: float) -> float:
+        return _mean(self.acc[lr])
+
+    def scores(self) -> dict[float, float]:
+        return {lr: self.score(lr) for lr in self.tried}
+
+    def bound(self, lr: float) -> float:
+        """The highest mean over every reported seed this learning rate can still reach."""
+        n = len(self.spec.seeds)
+        return (sum(self.acc[lr]) + (n - self.n(lr))) / n
+
+    def full(self) -> dict[float, float]:
+        """The candidates: learning rates on every reported seed -> their mean."""
+        n = len(self.spec.seeds)
+        return {lr: self.score(lr) for lr in self.tried if self.n(lr) == n}
+
+    def ranked(self, lrs) -> list[float]:
+        """Best score first; equal scores: the lower learning rate first."""
+        return sorted(lrs, key=lambda lr: (-self.score(lr), lr))
+
+    def cells(self) -> int:
+        return sum(map(len, self.acc.values()))
 
 
 def best(points: dict[float, float]) -> float:
@@ -167,11 +286,18 @@ def best(points: dict[float, float]) -> float:
 
 
 # --------------------------------------------------------------------------- the refinement rule
+def _on_lattice(t: float, step: float) -> float:
+    """log10 ``t`` snapped to the start grid's lattice (multiples of ``step`` decades) when within
+    RES_TOL of it: extending 3.16e-4 by half a decade gives 1e-4, not 9.99e-5."""
+    q = round(t / step) * step
+    return q if abs(t - q) <= RES_TOL else t
+
+
 def _extend(x: float, direction: int, spec: SearchSpec, n: int) -> list[float]:
     """Up to ``n`` learning rates beyond ``x`` by the start grid's step, clipped to the range."""
     out, bound = [], spec.lo if direction < 0 else spec.hi
     for k in range(1, n + 1):
-        y = snap(x * 10 ** (direction * k * spec.step))
+        y = snap(10 ** _on_lattice(math.log10(x) + direction * k * spec.step, spec.step))
         y = max(y, spec.lo) if direction < 0 else min(y, spec.hi)
         if not out or decades(y, out[-1]) > LOG_EPS:
             out.append(y)
@@ -184,100 +310,248 @@ def _at_bound(x: float, bound: float) -> bool:
     return decades(x, bound) <= LOG_EPS
 
 
-def _edge_proposals(x: float, tried: list[float], direction: int, spec: SearchSpec, n: int) -> tuple[list[float], str]:
-    """What resolving the point ``x`` on one side needs: ([], 'resolved'|'range') or new learning rates."""
+def _side(x: float, tried: list[float], direction: int, spec: SearchSpec, n: int) -> tuple[list[float], str]:
+    """What resolving the point ``x`` on one side needs: ([], "resolved" | "range") or new learning
+    rates ("edge": beyond everything tried; "gap": a midpoint to the nearest tried neighbour)."""
     beyond = [t for t in tried if (t < x if direction < 0 else t > x)]
     if not beyond:
         if _at_bound(x, spec.lo if direction < 0 else spec.hi):
             return [], "range"
         return _extend(x, direction, spec, n), "edge"
     nb = max(beyond) if direction < 0 else min(beyond)
-    if decades(x, nb) <= spec.resolution + LOG_EPS:
+    if decades(x, nb) <= spec.resolution + RES_TOL:
         return [], "resolved"
     return [midpoint(x, nb)], "gap"
 
 
-def _why(kind: str, subject: str, direction: int, new: list[float]) -> list[str]:
+def _why(kind: str, subject: str, direction: int, new: list[float]) -> str:
     """The reason for one side of a point (the best, or a window edge) in words."""
     side = "below" if direction < 0 else "above"
     if kind == "edge":
-        return [f"{subject} is the {'lowest' if direction < 0 else 'highest'} learning rate tried: extend {side} to "
-                f"{_lrs(new)}"]
+        return f"{subject} is the {'lowest' if direction < 0 else 'highest'} learning rate tried: extend {side} to {_lrs(new)}"
     if kind == "gap":
-        return [f"bracket {subject} {side}: {_lrs(new)}"]
+        return f"bracket {subject} {side}: {_lrs(new)}"
     if kind == "range":
-        return [f"{subject} is at the range's {'lower' if direction < 0 else 'upper'} bound: unresolved {side}"]
-    return []
+        return f"{subject} is at the range's {'lower' if direction < 0 else 'upper'} bound: unresolved {side}"
+    return ""
 
 
-def refine(spec: SearchSpec, points: dict[float, float]) -> tuple[list[float], str, str]:
-    """What the next refinement round should add, before the round budget: (new learning rates,
-    the peak's outcome, the reason). ``points``: lr -> mean over the search seeds. The peak's
-    outcome is "not learned", "plateau", "range" (the best sits on a bound of the search range:
-    unresolved on that side), "resolved", or "open" (the peak still wants learning rates)."""
-    tried = sorted(points)
-    top = max(points.values())
-    if top < spec.learned:
-        return [], "not learned", (f"nothing learned: the best mean {top:.3f} is under the learned threshold "
-                                   f"{spec.learned:.3f} at every learning rate tried")
-    on_plateau = sorted(lr for lr, m in points.items() if m >= spec.plateau)
-    b = best(points)
-    peak: list[float] = []
+def _plateau(spec: SearchSpec, points: dict[float, float]) -> list[float]:
+    on = sorted(lr for lr, m in points.items() if m >= spec.plateau)
+    return on if len(on) >= 2 else []
+
+
+def _peak(spec: SearchSpec, ev: Evidence, x: float, n: int) -> tuple[list[float], list[str], str]:
+    """Learning rates that resolve the point ``x`` on both sides (an extension outward first),
+    their reasons, and the point's outcome: resolved | range | open."""
+    tried, s = ev.tried, ev.score(x)
+    extend, gaps, why, outcome = [], [], [], "resolved"
+    for direction in (-1, 1):
+        new, kind = _side(x, tried, direction, spec, n)
+        why.append(_why(kind, f"the best, {x:.3g} (score {s:.3f} on {ev.n(x)} seed(s)),", direction, new))
+        outcome = "range" if kind == "range" else outcome
+        (extend if kind == "edge" else gaps).extend(new)
+    if extend or gaps:
+        outcome = "open"
+    return extend + gaps, [w for w in why if w], outcome
+
+
+def explore(spec: SearchSpec, ev: Evidence) -> tuple[list[float], str]:
+    """The learning rates the evidence wants next on the search seeds (at most ``per_round``,
+    nothing tried twice), and why; ([], why) when it wants none."""
+    tried, scores = ev.tried, ev.scores()
+    b = best(scores)
+    if ev.all_diverged:
+        if _at_bound(tried[0], spec.lo):
+            return [], "every cell diverged, down to the range's lower bound"
+        new = _extend(tried[0], -1, spec, spec.per_round)
+        return new, f"every cell diverged: extend below the lowest, {tried[0]:.3g}, to {_lrs(new)}"
+    if not ev.learned_any:
+        # nothing learned on any seed yet: the ladder first asks the next seed everywhere (a dead
+        # search seed sees nothing anywhere); then a best on the start grid's edge extends (once),
+        # before the setting is called "not learned"
+        edge = -1 if b == tried[0] else 1 if b == tried[-1] else 0
+        asked = not spec.ladder or all(ev.n(lr) > len(spec.search_seeds) for lr in tried)
+        if edge and asked and b in spec.start and len(tried) > 1:
+            new, kind = _side(b, tried, edge, spec, 1)
+            if kind == "edge":
+                return new, (f"nothing learned on the seeds so far; the best score, {b:.3g} ({scores[b]:.3f}), is on "
+                             f"the start grid's edge: extend {'below' if edge < 0 else 'above'} to {_lrs(new)}")
+        return [], f"nothing learned on the seeds so far (the best score {scores[b]:.3f}, at {b:.3g})"
     why: list[str] = []
-    outcome = "resolved"
-    if len(on_plateau) >= 2:
-        outcome = "plateau"
-        why.append(f"plateau: {len(on_plateau)} learning rates at or above {spec.plateau:g} "
-                   f"({_lrs(on_plateau)}); the best is their middle, {b:.3g}")
+    peak: list[float] = []
+    flat = _plateau(spec, scores)
+    if flat:
+        why.append(f"plateau: {len(flat)} learning rates score at or above {spec.plateau:g} ({_lrs(flat)}): the peak "
+                   "is not refined")
     else:
-        extend: list[float] = []  # an extension outward comes before bracketing the other side
-        for direction in (-1, 1):
-            new, kind = _edge_proposals(b, tried, direction, spec, spec.per_round)
-            why += _why(kind, f"the best, {b:.3g} (mean {points[b]:.3f}),", direction, new)
-            outcome = "range" if kind == "range" else outcome
-            (extend if kind == "edge" else peak).extend(new)
-        peak = extend + peak
-        if peak:
-            outcome = "open"
-        elif outcome == "resolved":
-            why.append(f"the best, {b:.3g} (mean {points[b]:.3f}), has its neighbours within {spec.resolution:g} decades")
+        peak, w, _ = _peak(spec, ev, b, spec.per_round)
+        why += w or [f"the best, {b:.3g}, has its neighbours within {spec.resolution:g} decades"]
     edges: list[float] = []
-    if spec.window and top >= spec.good:
-        good = sorted(lr for lr, m in points.items() if m >= spec.good)
+    good = [lr for lr in tried if scores[lr] >= spec.good]
+    if spec.window and good:
         for x, direction in ((good[0], -1), (good[-1], 1)):
-            new, kind = _edge_proposals(x, tried, direction, spec, 1)
-            why += _why(kind, f"the good window's {'lower' if direction < 0 else 'upper'} edge, {x:.3g},", direction, new)
+            new, kind = _side(x, tried, direction, spec, 1)
+            w = _why(kind, f"the good window's {'lower' if direction < 0 else 'upper'} edge, {x:.3g},", direction, new)
+            why += [w] if w else []
             edges += new
     new = []
     for x in peak + edges:  # the peak first, then the window's edges; nothing tried twice
         if all(decades(x, t) > LOG_EPS for t in tried + new):
             new.append(x)
-    return new[:spec.per_round], outcome, "; ".join(why)
+    return new[:spec.per_round], "; ".join(why)
 
 
-def outcome_after(spec: SearchSpec, points: dict[float, float]) -> tuple[str, str]:
-    """The search's outcome once refinement has stopped (budget spent or nothing left to add),
-    and the reason: the peak's outcome; "budget" if the peak still wanted learning rates;
-    "fixed" for a fixed grid (rounds 0) that learned."""
-    new, outcome, why = refine(spec, points)
-    if outcome == "open":
-        outcome, why = "budget", f"round budget ({spec.rounds}) spent: {why}"
-    elif new:
-        why = f"round budget ({spec.rounds}) spent before the window's edges were resolved: {why}"
-    if not spec.rounds and outcome != "not learned":
-        outcome = "fixed"
-    return outcome, why
+# --------------------------------------------------------------------------- seeds
+def _lift(spec: SearchSpec, ev: Evidence, lr: float, to: int) -> list[tuple[float, int]]:
+    return [(lr, s) for s in spec.seeds[ev.n(lr):to]]
 
 
+def _next_level(spec: SearchSpec, n: int) -> int:
+    return next(x for x in spec.levels if x > n)  # a learning rate between levels climbs to the next
+
+
+def explore_level(spec: SearchSpec, ev: Evidence) -> int:
+    """Seeds a newly explored learning rate trains: the search seeds, or, where they learned
+    nothing and a later seed did, the seeds up to that one."""
+    first = min((i for lr in ev.tried for i, a in enumerate(ev.acc[lr]) if a >= spec.learned), default=0)
+    return max(len(spec.search_seeds), first + 1)
+
+
+def _ladder_gap(spec: SearchSpec, ev: Evidence) -> tuple[int, list[float]]:
+    """The lowest ladder step whose ``take`` best-scoring learning rates (among those with the
+    step before's seeds) do not all have its seeds yet: (its seeds, those learning rates);
+    (0, []) when the ladder holds. While nothing has learned on any seed, the ranking is noise:
+    instead, every learning rate tried gets the next seed (one at a time, before the last step),
+    so that the setting is called "not learned" only after its seeds looked everywhere."""
+    n = len(spec.seeds)
+    if not ev.learned_any:
+        k = min(ev.n(lr) for lr in ev.tried)
+        if k + 1 < n:
+            return k + 1, [lr for lr in ev.tried if ev.n(lr) == k]
+    for (seeds, take), before in zip(spec.ladder, spec.levels):
+        top = ev.ranked([lr for lr in ev.tried if ev.n(lr) >= before])[:take]
+        lift = [lr for lr in top if ev.n(lr) < seeds]
+        if lift:
+            return seeds, lift
+    return 0, []
+
+
+def _ladder_cost(spec: SearchSpec, ev: Evidence, new: int = 0, final_only: bool = False,
+                 lifted: dict[float, int] | None = None) -> int:
+    """Cells the ladder still needs (``final_only``: just its last step, the candidates on every
+    seed) if ``new`` untried learning rates joined at the exploration level, all at the top, and
+    the learning rates of ``lifted`` had those seed counts."""
+    e = explore_level(spec, ev)
+    counts = [e] * new + [max(ev.n(lr), (lifted or {}).get(lr, 0)) for lr in ev.ranked(ev.tried)]
+    cost = 0
+    steps = list(zip(spec.ladder, spec.levels))
+    for (seeds, take), before in steps[-1:] if final_only else steps:
+        top = [i for i, c in enumerate(counts) if c >= (0 if final_only else before)][:take]
+        for i in top:
+            cost += max(0, seeds - counts[i])
+            counts[i] = max(counts[i], seeds)
+    return cost
+
+
+def contenders(spec: SearchSpec, ev: Evidence) -> list[float]:
+    """Learning rates not on every seed whose bound beats the best candidate's mean, best score first."""
+    full = ev.full()
+    if not full or not ev.learned_any:  # nothing learned on any seed: nothing to beat
+        return []
+    top = max(full.values())
+    return ev.ranked([lr for lr in ev.tried if lr not in full and ev.bound(lr) > top + EXACT])
+
+
+def _maybe_good(spec: SearchSpec, ev: Evidence) -> list[float]:
+    """For a window: learning rates not on every seed that score as good so far, best score first."""
+    full = ev.full()
+    return ev.ranked([lr for lr in ev.tried if lr not in full and ev.score(lr) >= spec.good])
+
+
+def climb(spec: SearchSpec, ev: Evidence, left: int, last: bool) -> tuple[list[tuple[float, int]], str]:
+    """The seeds round, within ``left`` cells: the ladder's next step (in the ``last`` round
+    allowed, or where the budget no longer affords the steps between, straight to the candidates
+    on every seed), else contenders (then, for a window, learning rates that may still be good)
+    one step each (in the last round, to every seed), best score first."""
+    n = len(spec.seeds)
+    seeds, lift = _ladder_gap(spec, ev)
+    why = ""
+    if lift:
+        todo = [(lr, seeds) for lr in lift]
+        cost = sum(len(_lift(spec, ev, lr, to)) for lr, to in todo)
+        after = _ladder_cost(spec, ev, final_only=True, lifted={lr: to for lr, to in todo})
+        if seeds < n and (last or cost + after > left):
+            top = ev.ranked([lr for lr in ev.tried])[:spec.candidates]
+            todo = [(lr, n) for lr in top if ev.n(lr) < n]
+            why = f"the ladder's last step (the {'round' if last else 'cell'} budget): the best {len(todo)} by score climb to {n} seeds"
+        elif seeds < n and not ev.learned_any:
+            why = f"nothing learned yet: every learning rate tried climbs to {seeds} seeds"
+        else:
+            why = f"the ladder: the best {len(lift)} learning rate(s) by score climb to {seeds} seeds"
+    else:
+        todo = [(lr, n if last else _next_level(spec, ev.n(lr))) for lr in contenders(spec, ev)]
+        if todo:
+            top = max(ev.full().values())
+            why = (f"contenders: {len(todo)} learning rate(s) could still beat the best candidate's mean {top:.3f} "
+                   "(their bound: the accuracies so far, and 1 on every seed not yet trained)")
+        elif spec.window:
+            todo = [(lr, n if last else _next_level(spec, ev.n(lr))) for lr in _maybe_good(spec, ev)]
+            why = f"the window: {len(todo)} learning rate(s) that score at or above {spec.good:g} climb" if todo else ""
+    cells, skipped = [], []
+    for lr, to in todo:
+        c = _lift(spec, ev, lr, to)
+        if len(cells) + len(c) <= left:
+            cells += c
+        else:
+            skipped.append(lr)
+    if cells and skipped:
+        why += f" ({len(skipped)} left out: the budget)"
+    lrs = list(dict.fromkeys(lr for lr, _ in cells))
+    return cells, (f"{why}: {_lrs(lrs)}" if cells else "")
+
+
+# --------------------------------------------------------------------------- the rounds
 def _lrs(xs) -> str:
     return ", ".join(f"{x:.3g}" for x in xs)
 
 
 def start(spec: SearchSpec) -> Round:
-    kind = "start"
     why = (f"start grid {_lrs(sorted(spec.start))} on seed(s) {', '.join(map(str, spec.search_seeds))}"
            + ("" if spec.rounds else " (a fixed grid: no refinement)"))
-    return Round(kind, [(lr, s) for lr in sorted(spec.start) for s in spec.search_seeds], why)
+    return Round("start", [(lr, s) for lr in sorted(spec.start) for s in spec.search_seeds], why)
+
+
+def outcome(spec: SearchSpec, ev: Evidence, chosen: float) -> tuple[str, str]:
+    """The search's outcome at the chosen learning rate, and why (the module's docstring)."""
+    if not ev.learned_any:
+        top = max(ev.scores().values())
+        return "not learned", (f"nothing learned: no cell of any seed reaches the learned threshold {spec.learned:.3f} "
+                               f"(the best score {top:.3f})")
+    if not spec.rounds:
+        return "fixed", f"a fixed grid; the best mean over every seed at {chosen:.3g}"
+    flat = _plateau(spec, ev.full()) or _plateau(spec, ev.scores())
+    if flat and chosen in flat:
+        return "plateau", (f"plateau: {len(flat)} learning rates at or above {spec.plateau:g} ({_lrs(flat)}); the "
+                           f"best mean over every seed is at {chosen:.3g}")
+    new, why, peak = _peak(spec, ev, chosen, 1)
+    if peak == "open":
+        return "budget", f"the budget (rounds or cells) was spent before {chosen:.3g} was resolved: {'; '.join(why)}"
+    if peak == "range":
+        return "range", "; ".join(why)
+    return "resolved", f"the chosen {chosen:.3g} has its nearest tried neighbours within {spec.resolution:g} decades"
+
+
+def state_of(spec: SearchSpec, ev: Evidence, phase: str) -> State:
+    full = ev.full()
+    scores = {lr: (ev.n(lr), ev.score(lr)) for lr in ev.tried}
+    if not full:
+        return State(phase, math.nan, "searching", {}, scores, ev.diverged)
+    chosen = best(full)
+    if phase != "done":
+        return State(phase, chosen, "searching", full, scores, ev.diverged)
+    out, why = outcome(spec, ev, chosen)
+    return State(phase, chosen, out, full, scores, ev.diverged, contenders(spec, ev), why)
 
 
 def decide(spec: SearchSpec, rounds: list[Round], results: dict) -> tuple[Round | None, State]:
@@ -285,70 +559,40 @@ def decide(spec: SearchSpec, rounds: list[Round], results: dict) -> tuple[Round 
     cells' accuracies are in ``results`` ((lr, seed) -> accuracy, None for a diverged cell).
     Pure: the same rounds and results always give the same answer."""
     if not rounds:
-        return start(spec), State("refine", math.nan, "refining", {})
-    kinds = [r.kind for r in rounds]
-    tried = _tried(rounds, spec.search_seeds)
-    points = means(results, tried, spec.search_seeds)
-    diverged = {lr: sum(results.get((lr, s)) is None for s in spec.search_seeds) for lr in tried}
-    diverged = {lr: n for lr, n in diverged.items() if n}
-    n_refine = kinds.count("refine")
-
-    if "settle" not in kinds and "report" not in kinds:
-        new, _, why = refine(spec, points)
-        if new and n_refine < spec.rounds:
-            cells = [(lr, s) for lr in new for s in spec.search_seeds]
-            return Round("refine", cells, why), State("refine", best(points), "refining", points, diverged)
-        outcome, why = outcome_after(spec, points)
-        state = State("settle", best(points), outcome, points, diverged)
-        settle = _settle(spec, points, outcome)
-        if settle is not None:
-            a, b = settle
-            cells = [(lr, s) for lr in (a, b) for s in spec.settle_seeds]
-            return (Round("settle", cells, f"{why}; near tie of {a:.3g} ({points[a]:.3f}) and {b:.3g} "
-                                          f"({points[b]:.3f}) on the search seeds: both train seeds "
-                                          f"{', '.join(map(str, spec.settle_seeds))}"), state)
-        return _report(spec, rounds, state, why)
-
-    state = State("report", _chosen(spec, rounds, results, points), outcome_after(spec, points)[0], points, diverged)
-    if "report" in kinds:
-        state.phase = "done"
-        return None, state
-    return _report(spec, rounds, state, "settled")
+        return start(spec), State("refine", math.nan, "searching", {})
+    ev = Evidence.of(spec, rounds, results)
+    left = spec.max_cells() - ev.cells()
+    rounds_left = spec.max_rounds - (len(rounds) - 1)
+    if rounds_left >= 1 + bool(spec.ladder) and sum(r.kind == "refine" for r in rounds) < spec.rounds:
+        new, why = explore(spec, ev)
+        e = explore_level(spec, ev)
+        while new and len(new) * e + _ladder_cost(spec, ev, len(new)) > left:
+            new = new[:-1]  # what still fits beside the ladder's cells
+        if new:
+            if e > len(spec.search_seeds):
+                why += f" (on seeds {', '.join(map(str, spec.seeds[:e]))}: the search seeds learned nothing)"
+            return Round("refine", [(lr, s) for lr in new for s in spec.seeds[:e]], why), state_of(spec, ev, "refine")
+    if rounds_left >= 1:
+        cells, why = climb(spec, ev, left, last=rounds_left == 1)
+        if cells:
+            return Round("seeds", cells, why), state_of(spec, ev, "seeds")
+    return None, state_of(spec, ev, "done")
 
 
-def _settle(spec: SearchSpec, points: dict[float, float], outcome: str) -> tuple[float, float] | None:
-    """The two learning rates of a near tie worth settling on more seeds, or None."""
-    if not spec.settle_seeds or outcome in ("not learned", "plateau") or len(points) < 2:
-        return None
-    ranked = sorted(points, key=lambda lr: (-points[lr], lr))
-    a, b = ranked[0], ranked[1]
-    if points[a] - points[b] > spec.tie:
-        return None
-    return tuple(sorted((a, b)))
-
-
-def _chosen(spec: SearchSpec, rounds: list[Round], results: dict, points: dict[float, float]) -> float:
-    """After a settle round: the better of its two learning rates by the mean over every seed it
-    trained (exactly equal means: the lower one, as ``best`` takes the lower middle)."""
-    settle = next((r for r in rounds if r.kind == "settle"), None)
-    if settle is None:
-        return best(points)
-    pair = sorted({lr for lr, _ in settle.cells})
-    seeds = tuple(spec.search_seeds) + spec.settle_seeds
-    return best(means(results, pair, seeds))
-
-
-def _report(spec: SearchSpec, rounds: list[Round], state: State, why: str) -> tuple[Round | None, State]:
-    """The chosen learning rate on every reported seed it has not trained yet; None when done."""
-    chosen = state.chosen
-    have = {s for r in rounds for lr, s in r.cells if lr == chosen}
-    todo = [s for s in spec.seeds if s not in have]
-    if not todo:
-        state.phase = "done"
-        return None, state
-    state.phase = "report"
-    return Round("report", [(chosen, s) for s in todo], f"{why}; chosen {chosen:.3g}: report seeds "
-                                                        f"{', '.join(map(str, todo))}"), state
+def run(spec: SearchSpec, accuracy) -> tuple[list[Round], State, dict]:
+    """A whole search against ``accuracy(lr, seed)`` (a number, or None for a diverged cell), as
+    the workflow runs it round by round: (its rounds, its final state, every cell's accuracy).
+    For tests and benchmarks of the protocol."""
+    rounds, results = [], {}
+    while True:
+        nxt, state = decide(spec, rounds, results)
+        if nxt is None:
+            return rounds, state, results
+        for lr, seed in nxt.cells:
+            if (lr, seed) in results:
+                raise AssertionError(f"cell ({lr}, {seed}) planned twice")
+            results[(lr, seed)] = accuracy(lr, seed)
+        rounds.append(nxt)
 
 
 def cells_of(rounds: list[Round]) -> list[tuple[float, int]]:
@@ -359,16 +603,20 @@ def cells_of(rounds: list[Round]) -> list[tuple[float, int]]:
 # --------------------------------------------------------------------------- the good window
 @dataclass(frozen=True)
 class Window:
-    """A setting's window of good learning rates, as the tried points bound it.
+    """A setting's window of good learning rates (mean over every reported seed >= good), as the
+    tried points bound it.
 
-    ``status``: "not learned" (no mean reaches the learned threshold: no window at all), "none"
-    (learned, but no learning rate is good), or "window". For a window, ``lo``/``hi`` are the
-    lowest and highest good learning rates tried, ``below``/``above`` the nearest tried ones
-    beyond them that are not good (None: none tried on that side), so the true edges lie in
-    [below, lo] and [hi, above]; ``width`` = log10(hi/lo) is the window's width at least and
-    ``width_max`` = log10(above/below) at most (None: unbounded, the window is open on that side);
+    ``status``: "not learned" (no candidate's mean reaches the learned threshold: no window at
+    all), "none" (learned, but no learning rate is good), or "window". For a window, ``lo``/``hi``
+    are the lowest and highest learning rates shown good, ``below``/``above`` the nearest tried
+    ones beyond them shown not good (None: none on that side), so the true edges lie in [below, lo]
+    and [hi, above]; ``width`` = log10(hi/lo) is the window's width at least and ``width_max`` =
+    log10(above/below) at most (None: unbounded, the window is open on that side);
     ``open_lo``/``open_hi`` say why a side is open ("range": the search range stops it, "edge":
-    nothing tried beyond). ``gaps``: not-good learning rates tried inside [lo, hi]."""
+    nothing tried beyond). A learning rate is shown good by its mean over every seed, shown not
+    good by that mean or, with fewer seeds, by its bound (its accuracies so far and 1 on every
+    seed not trained: below ``good``); the rest are ``unknown`` and widen the uncertainty.
+    ``gaps``: not-good learning rates tried inside [lo, hi]."""
 
     status: str
     best: float | None = None
@@ -382,6 +630,7 @@ class Window:
     n_good: int = 0
     n_tried: int = 0
     gaps: int = 0
+    unknown: int = 0
 
     @property
     def width(self) -> float:
@@ -422,7 +671,8 @@ class Window:
             v = d.get(k)
             return None if v is None or v != v else str(v)
         return cls(str(d["status"]), None, None, num("lo"), num("hi"), num("below"), num("above"),
-                   txt("open_lo"), txt("open_hi"), int(num("n_good") or 0), int(num("n_tried") or 0))
+                   txt("open_lo"), txt("open_hi"), int(num("n_good") or 0), int(num("n_tried") or 0),
+                   int(num("gaps") or 0), int(num("unknown") or 0))
 
     def text(self) -> str:
         if self.status != "window":
@@ -433,23 +683,27 @@ class Window:
 
 
 def window(points: dict[float, float], learned: float, good: float, lo: float | None = None,
-           hi: float | None = None) -> Window:
+           hi: float | None = None, bounds: dict[float, float] | None = None) -> Window:
     """The one definition of a learning-rate window (see ``Window``): from ``points`` (lr ->
-    mean accuracy over seeds), the ``learned`` and ``good`` thresholds and the search range
-    [lo, hi] (None: unknown, an open side is then "edge")."""
+    mean accuracy over every seed), the ``learned`` and ``good`` thresholds, the search range
+    [lo, hi] (None: unknown, an open side is then "edge"), and ``bounds``: learning rates tried on
+    fewer seeds -> the best mean they can still reach."""
+    bounds = {lr: b for lr, b in (bounds or {}).items() if lr not in points}
     if not points:
         return Window("not learned")
-    tried = sorted(points)
     b = best(points)
     top = points[b]
+    tried = sorted(set(points) | set(bounds))
     if top < learned:
         return Window("not learned", b, top, n_tried=len(tried))
-    good_lrs = [lr for lr in tried if points[lr] >= good]
+    good_lrs = sorted(lr for lr, m in points.items() if m >= good)
     if not good_lrs:
-        return Window("none", b, top, n_tried=len(tried))
+        return Window("none", b, top, n_tried=len(tried), unknown=sum(v >= good for v in bounds.values()))
     g_lo, g_hi = good_lrs[0], good_lrs[-1]
-    below = max((t for t in tried if t < g_lo), default=None)
-    above = min((t for t in tried if t > g_hi), default=None)
+    not_good = [lr for lr in tried if points.get(lr, bounds.get(lr)) < good]
+    below = max((t for t in not_good if t < g_lo), default=None)
+    above = min((t for t in not_good if t > g_hi), default=None)
+    unknown = sum(1 for t, v in bounds.items() if v >= good and not g_lo < t < g_hi)
 
     def why_open(x, bound):
         return None if bound is None else ("range" if _at_bound(x, bound) else "edge")
@@ -457,14 +711,25 @@ def window(points: dict[float, float], learned: float, good: float, lo: float | 
     return Window("window", b, top, g_lo, g_hi, below, above,
                   None if below is not None else (why_open(g_lo, lo) or "edge"),
                   None if above is not None else (why_open(g_hi, hi) or "edge"),
-                  len(good_lrs), len(tried), sum(1 for t in tried if g_lo < t < g_hi and points[t] < good))
+                  len(good_lrs), len(tried), sum(1 for t in not_good if g_lo < t < g_hi), unknown)
+
+
+def state_window(spec: SearchSpec, state: State) -> Window:
+    """A search's window, from its state: candidates' means, and the others' bounds."""
+    n = len(spec.seeds)
+    bounds = {lr: (k * m + (n - k)) / n for lr, (k, m) in state.scores.items() if k < n}
+    return window(state.points, spec.learned, spec.good, spec.lo, spec.hi, bounds)
 
 
 def wider(a: Window, b: Window) -> int:
-    """+1 if ``a`` is conclusively wider than ``b``, -1 if the reverse, 0 if the edges'
-    uncertainty leaves it open. ``a`` spans at least ``a.width``; ``b``'s true edges lie strictly
-    inside its nearest tried learning rates that are not good, so it spans less than
-    ``b.width_max``: ``a`` is wider when a.width >= b.width_max. No window (nothing good): none wide."""
+    """+1 if ``a`` is conclusively wider than ``b``, -1 if the reverse, 0 if it is open. ``a`` spans
+    at least ``a.width``; ``b``'s true edges lie strictly inside its nearest tried learning rates
+    shown not good, so it spans less than ``b.width_max``: ``a`` is wider when a.width >=
+    b.width_max. A model that learned without a good learning rate ("none") has an empty window,
+    narrower than any; "not learned" (at chance) is no window at all: 0, for the claims to judge
+    (a failure is evidence only where the claim predicts it)."""
+    if "not learned" in (a.status, b.status):
+        return 0
     def lo_hi(w: Window):
         hi = w.width_max
         return w.width, (math.inf if hi is None else hi)
@@ -473,9 +738,5 @@ def wider(a: Window, b: Window) -> int:
     if a.status == "window" and a_lo >= b_hi - LOG_EPS:
         return 1
     if b.status == "window" and b_lo >= a_hi - LOG_EPS:
-        return -1
-    if a.status == "window" and b.status != "window":
-        return 1
-    if b.status == "window" and a.status != "window":
         return -1
     return 0

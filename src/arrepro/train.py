@@ -224,17 +224,24 @@ def evaluate(model, inputs, labels, batch_size, device, autocast) -> dict:
             "test_exact_match": exact / max(n, 1)}
 
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def autocast_for(precision: str, device: torch.device, where: str = "precision"):
-    """The context every forward pass runs in. ``fp32``: none, no autocast anywhere. ``bf16``:
-    autocast to bfloat16, on CUDA only: on the CPU it would only change the numbers (no bf16
-    speed-up on the CPUs this project runs on, and no mixer has been checked under CPU autocast)."""
-    if precision == "fp32":
-        return contextlib.nullcontext
+    """The context every forward pass runs in, with the matmul precision set here, the one place
+    (``torch.backends.cuda.matmul.allow_tf32`` and cuDNN's, which the result records as ``tf32``).
+    ``fp32``: no autocast, TF32 off (full fp32 matmuls). ``tf32``: no autocast, fp32 weights and
+    activations, TF32 tensor-core matmuls on CUDA (on the CPU there is no TF32: the same as fp32,
+    and the result says ``tf32: false``). ``bf16``: autocast to bfloat16, on CUDA only: on the
+    CPU it would only change the numbers (no bf16 speed-up on the CPUs this project runs on, and
+    no mixer has been checked under CPU autocast)."""
     if precision not in PRECISIONS:
         raise TrainError(f"{where}: unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
+    tf32 = precision == "tf32" and device.type == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    if precision != "bf16":
+        return contextlib.nullcontext
     if device.type != "cuda":
         raise TrainError(f"{where}: bf16 runs only on CUDA (this cell runs on {device.type}); use fp32 on the CPU")
     return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
@@ -476,7 +483,8 @@ def _finish(run: Run, st: TrainState) -> dict:
         "diverged": st.diverged, "parameters": run.model.num_parameters(), "epochs_run": len(st.metrics),
         "steps": st.step, "train_seconds": st.train_seconds,
         "tokens_per_second": st.examples * run.data[0].shape[1] / max(st.train_seconds, 1e-9),
-        "device": run.device.type, "precision": run.precision, "numerics": st.numerics,
+        "device": run.device.type, "precision": run.precision, "tf32": torch.backends.cuda.matmul.allow_tf32,
+        "numerics": st.numerics,
         "kernel_paths": paths_used(run.model, st.kernel_paths), "cell": spec,
     }
     result = seal(result, metrics_text(st.metrics))  # last: the checksums cover every key
