@@ -140,10 +140,12 @@ def old_protocol(commit: str):
     return run
 
 
-def new_protocol(overrides: dict):
+def new_protocol(overrides: dict, tier: str | None = None):
+    """The project's search with config.yaml's ``lr_searches.best`` (``overrides`` on top) for a
+    setting of cost ``tier`` (its ``tier_budget``)."""
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     entry = {**cfg["lr_searches"]["best"], **overrides}
-    sp = search_spec(entry, entry["start"], SEEDS, claims.learned_threshold(CHANCE), claims.GOOD)
+    sp = search_spec(entry, entry["start"], SEEDS, claims.learned_threshold(CHANCE), claims.GOOD, tier)
 
     def run(world: World):
         rounds, state, results = S.run(sp, world.cell)
@@ -152,11 +154,38 @@ def new_protocol(overrides: dict):
     return run, sp
 
 
+LEARNED = claims.learned_threshold(CHANCE)
+
+
+def measure(run, worlds, grid_stat) -> dict:
+    cells, gap_tried, gap_grid, learned, by_kind = [], [], [], [], {}
+    for w, g in zip(worlds, grid_stat):
+        reported, tried, n = run(w)
+        cells.append(n)
+        gap_tried.append(max(0.0, w.statistic(tried) - reported))
+        gap_grid.append(max(0.0, g - reported))
+        learned.append(max(g, reported) >= LEARNED)  # else both at chance: their difference is noise
+        by_kind.setdefault(w.kind, []).append(gap_grid[-1])
+    n, gl = len(cells), [x for x, ok in zip(gap_grid, learned) if ok]
+    return {"cells": sum(cells) / n, "cells_max": max(cells), "tried": sum(gap_tried) / n,
+            "tried_over": sum(x > 0.1 for x in gap_tried) / n, "grid": sum(gap_grid) / n,
+            "grid_over": sum(x > 0.1 for x in gap_grid) / n, "by_kind": by_kind,
+            "learned": sum(gl) / len(gl), "learned_over": sum(x > 0.1 for x in gl) / len(gl), "n_learned": len(gl)}
+
+
+def met(m: dict) -> bool:
+    return m["grid"] <= 0.01 and m["grid_over"] < 0.02
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--settings", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--fail", type=float, default=0.2, help="a cell's chance of failing at chance (default 0.2)")
+    ap.add_argument("--fail", type=float, default=0.2, help="a seed's chance of failing (default 0.2)")
+    ap.add_argument("--fail-mode", choices=("seed", "cell"), default="seed",
+                    help="seed (default): a failed seed stays at chance at every learning rate; cell: each cell fails on its own")
+    ap.add_argument("--peaks", type=float, nargs=2, default=(1e-4, 1e-2), metavar=("LO", "HI"),
+                    help="the peaks' centres, uniform in log10 between these (default Zoology's sweep, 1e-4 to 1e-2)")
     ap.add_argument("--old", default="c6e7164", help="the commit whose protocol is today's (default c6e7164)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=YAML",
                     help="override keys of lr_searches.best for the new protocol (e.g. budget=17)")
@@ -165,42 +194,39 @@ def main(argv=None) -> None:
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     grid = [float(x) for x in cfg["lr_grids"]["fine"]]
     rng = random.Random(a.seed)
-    worlds = [draw(i, rng, a.fail) for i in range(a.settings)]
+    peaks = (math.log10(a.peaks[0]), math.log10(a.peaks[1]))
+    worlds = [draw(i, rng, a.fail, peaks, a.fail_mode) for i in range(a.settings)]
     new, sp = new_protocol(overrides)
-    protocols = {f"today ({a.old})": old_protocol(a.old), "new (config.yaml)": new}
+    big, sp_big = new_protocol(overrides, "big")
+    curve, _ = new_protocol({**overrides, "search_seeds": "all", "budget": 0})
+    protocols = {f"today ({a.old})": old_protocol(a.old), f"new, budget {sp.max_cells()}": new,
+                 f"new, big tier {sp_big.max_cells()}": big, "every seed (a curve)": curve}
     print(f"{a.settings} synthetic settings (seed {a.seed}; {', '.join(f'{k} {w:.0%}' for k, w in zip(KINDS, WEIGHTS))}); "
-          f"a cell fails at chance with probability {a.fail:g}; five seeds; the literal grid: lr_grids.fine "
-          f"({len(grid)} rates x 5 seeds = {5 * len(grid)} cells)")
-    print(f"new protocol: {sp.as_dict()}")
+          f"peaks between {a.peaks[0]:g} and {a.peaks[1]:g}; a {a.fail_mode} fails at chance with probability {a.fail:g}; "
+          f"five seeds; the literal grid: lr_grids.fine ({len(grid)} rates x 5 seeds = {5 * len(grid)} cells)")
+    print(f"the new protocol (config.yaml lr_searches.best{', ' + str(overrides) if overrides else ''}): "
+          f"start {list(sp.start)}, range [{sp.lo:g}, {sp.hi:g}], {sp.rounds} rounds of {sp.per_round}, "
+          f"ladder {[list(x) for x in sp.ladder]}, budget {sp.max_cells()} (big tier {sp_big.max_cells()})")
     grid_stat = [w.statistic(grid) for w in worlds]
-    rows = {}
-    for name, run in protocols.items():
-        cells, gap_tried, gap_grid, by_kind = [], [], [], {}
-        for w, g in zip(worlds, grid_stat):
-            reported, tried, n = run(w)
-            cells.append(n)
-            gap_tried.append(max(0.0, w.statistic(tried) - reported))
-            gap_grid.append(max(0.0, g - reported))
-            by_kind.setdefault(w.kind, []).append(gap_grid[-1])
-        rows[name] = (cells, gap_tried, gap_grid, by_kind)
-    head = f"{'protocol':>22} | {'cells mean':>10} {'max':>4} | {'gap to tried: mean':>18} {'>0.10':>6} | {'gap to grid: mean':>17} {'>0.10':>6}"
+    rows = {name: measure(run, worlds, grid_stat) for name, run in protocols.items()}
+    nl = rows[next(iter(rows))]["n_learned"]
+    head = (f"{'protocol':>24} | {'cells mean':>10} {'max':>4} | {'gap to tried: mean':>18} {'>0.10':>6} | "
+            f"{'gap to grid: mean':>17} {'>0.10':>6} | target | {f'where either learns ({nl}): mean':>28} {'>0.10':>6}")
     print(head)
     print("-" * len(head))
-    for name, (cells, gt, gg, _) in rows.items():
-        n = len(cells)
-        print(f"{name:>22} | {sum(cells) / n:10.2f} {max(cells):4d} | {sum(gt) / n:18.4f} {sum(x > 0.1 for x in gt) / n:6.1%} "
-              f"| {sum(gg) / n:17.4f} {sum(x > 0.1 for x in gg) / n:6.1%}")
+    for name, m in rows.items():
+        print(f"{name:>24} | {m['cells']:10.2f} {m['cells_max']:4d} | {m['tried']:18.4f} {m['tried_over']:6.1%} | "
+              f"{m['grid']:17.4f} {m['grid_over']:6.1%} | {'met' if met(m) else 'not met':>6} | "
+              f"{m['learned']:28.4f} {m['learned_over']:6.1%}")
     print("gap to the literal grid by kind of setting (mean; share over 0.10):")
     for kind in KINDS:
-        parts = []
-        for name, (_, _, _, by_kind) in rows.items():
-            xs = by_kind.get(kind, [])
-            if xs:
-                parts.append(f"{name.split()[0]} {sum(xs) / len(xs):.4f} ({sum(x > 0.1 for x in xs) / len(xs):.0%})")
-        print(f"  {kind:>14} ({len(rows[next(iter(rows))][3].get(kind, []))}): " + "; ".join(parts))
-    _, _, gg, _ = rows["new (config.yaml)"]
-    ok = sum(gg) / len(gg) <= 0.01 and sum(x > 0.1 for x in gg) / len(gg) < 0.02
-    print(f"target (mean gap to the grid <= 0.01, over 0.10 in under 2%): {'met' if ok else 'NOT met'}")
+        parts = [f"{name.split(',')[0].split(' (')[0]} {sum(xs) / len(xs):.4f} ({sum(x > 0.1 for x in xs) / len(xs):.0%})"
+                 for name, m in rows.items() if (xs := m["by_kind"].get(kind))]
+        print(f"  {kind:>14} ({len(rows[next(iter(rows))]['by_kind'].get(kind, []))}): " + "; ".join(parts))
+    print("target (issue 26): mean gap to the literal grid <= 0.01, over 0.10 in under 2% of settings. The last two "
+          "columns leave out settings where both the grid's number and the protocol's are under the learned threshold "
+          f"({LEARNED:.4f}): a difference between two numbers at chance is noise (the grid's max over more rates is "
+          "higher by chance alone)")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", ex
             task = r[7] if len(r) > 7 else "L64"
             out.append({"series": series, "task": task, "task_name": task, "seq_len": 64, "model": model,
                         "mixer": mixer(model), "width": w, "layers": n, "recipe": "r", "metric": metric,
-                        "best_lr": 1e-3, "mean": mean, "std": 0.0, "min": lo, "max": hi, "parameters": params})
+                        "best_lr": 1e-3, "mean": mean, "std": 0.0, "min": lo, "max": hi, "parameters": params,
+                        "candidates": "0.001;0.00316"})
         return out
     cells = []
     for r in cell_rows:
@@ -145,8 +146,12 @@ def test_window_claim_uses_the_mean_over_seeds_and_the_edges_uncertainty():
 def test_finegrid():
     zoo = [one("mamba", 0.30, w=64, n=2), one("hyena", 0.30, w=64, n=2)]
     assert verdict("finegrid", results([one("mamba", 0.95, n=2), one("hyena", 0.35, n=2)], zoo_rows=zoo)) == "consistent"
-    assert verdict("finegrid", results([one("mamba", 0.05, n=2), one("hyena", 0.35, n=2)],
+    # the fine grid at chance where Zoology's learned: contradicted, as a model of its depth and
+    # recipe (attention) learns; with none learning, the failure may be the recipe's: no evidence
+    assert verdict("finegrid", results([one("mamba", 0.05, n=2), one("hyena", 0.35, n=2), one("attention", 0.99, n=2)],
                                        zoo_rows=[one("mamba", 0.80, n=2), zoo[1]])) == "contradicted"
+    assert verdict("finegrid", results([one("mamba", 0.05, n=2), one("hyena", 0.35, n=2)],
+                                       zoo_rows=[one("mamba", 0.80, n=2), zoo[1]])) == "inconclusive"
     assert verdict("finegrid", results([one("mamba", 0.35, n=2)], zoo_rows=zoo)) == "inconclusive"
 
 
@@ -164,6 +169,19 @@ def test_attn1():
     assert verdict("attn1", results([one("attention", 0.26), one("mamba", 0.30)])) == "inconclusive"
 
 
+def test_a_side_at_chance_is_evidence_only_where_its_search_covered_the_winners_learning_rate():
+    """Issue 26: attention at chance counts against it only if its search trained Mamba's learning
+    rate on every seed (its candidates' span) and a model of its depth and recipe learns."""
+    e = results([one("attention", 0.26), one("mamba", 0.93)])
+    e.best.loc[e.best["model"] == "attention", "candidates"] = "0.01;0.0316"  # never trained 1e-3 on every seed
+    j = C.CLAIMS[[c[0] for c in C.CLAIMS].index("attn1")][3](e)
+    assert j.verdict == "inconclusive" and "without having trained mamba's learning rate 0.001" in j.compared
+    alone = results([one("attention", 0.26, n=2), one("mamba", 0.93, n=1)])  # no 2-layer model learns
+    assert C.a_beats_b(alone, "mamba", "attention", predicted=True) is None or \
+        C.failure_counts(C.Stat("mamba", 0.93, 0.93, 0.93, 0.25, 1e-3, (1e-3,), True),
+                         C.Stat("attention", 0.26, 0.26, 0.26, 0.25, 1e-3, (1e-3,), False), True) != ""
+
+
 def test_width():
     rows = [one("mamba", 0.30, w=16), one("hyena", 0.30, w=16), one("attention", 0.26, w=16)]
     assert verdict("width", results(rows + [one("mamba", 0.93, w=32), one("hyena", 0.35, w=32),
@@ -175,8 +193,11 @@ def test_width():
 def test_depth():
     assert verdict("depth", results([one("attention", 0.19, w=16, n=2), one("attention", 0.90, w=16, n=4),
                                      one("attention", 0.99, w=32, n=2)])) == "consistent"
+    # the deep one at chance is evidence against only where a 4-layer model learns (the recipe can)
     assert verdict("depth", results([one("attention", 0.90, w=16, n=2), one("attention", 0.10, w=16, n=4)])) \
-        == "contradicted"
+        == "inconclusive"
+    assert verdict("depth", results([one("attention", 0.90, w=16, n=2), one("attention", 0.10, w=16, n=4),
+                                     one("mamba", 0.95, w=16, n=4)])) == "contradicted"
     assert verdict("depth", results([one("attention", 0.19, w=16, n=2), one("attention", 0.20, w=16, n=4)])) \
         == "inconclusive"
 
@@ -185,13 +206,19 @@ def test_depth():
 def test_wide_against_deep(cid, task):
     metric = "final_exact_match" if task == "copy" else "final_accuracy"
 
-    def make(wide, deep, deep_params=150):
+    def make(wide, deep, deep_params=150, peer=0.0):
         return results([one("mamba", wide, w=1408, n=12, params=150e6, task=task),
                         one("mamba", deep, w=1024, n=24, params=deep_params * 1e6, task=task),
-                        one("mamba", 0.0, w=1024, n=12, params=80e6, task=task)], metric=metric)
+                        one("mamba", 0.0, w=1024, n=12, params=80e6, task=task),
+                        one("attention", peer, w=1024, n=12, params=300e6, task=task)], metric=metric)
 
-    assert verdict(cid, make(1.00, 0.16)) == "consistent"
-    assert verdict(cid, make(0.16, 1.00)) == "contradicted"
+    assert verdict(cid, make(1.00, 0.55)) == "consistent"
+    # the deep one at chance: the claim does not predict a failure, so it is no evidence (issue 26)
+    assert verdict(cid, make(1.00, 0.16)) == "inconclusive"
+    assert "no evidence" in C.wide_beats_deep(make(1.00, 0.16), "mamba").compared
+    # the wide one at chance is against the claim where a model of its depth learns
+    assert verdict(cid, make(0.16, 1.00)) == "inconclusive"
+    assert verdict(cid, make(0.16, 1.00, peer=0.99)) == "contradicted"
     assert verdict(cid, make(0.60, 0.55)) == "inconclusive"
     # the demo's case: 0.24 against 0.04 at K=4, neither learned
     if task == "L64":

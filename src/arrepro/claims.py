@@ -65,12 +65,18 @@ def learned_threshold(chance: float) -> float:
 
 @dataclass(frozen=True)
 class Stat:
-    """One model's accuracy in one setting (at one learning rate): mean and min/max over seeds."""
+    """One model's accuracy in one setting (at one learning rate): mean and min/max over seeds,
+    and what a failure there would need to count as evidence (``failure_counts``): the learning
+    rate reported, the candidates (learning rates trained on every reported seed) and whether a
+    model of the same depth and recipe learns in the experiment."""
     label: str
     mean: float
     lo: float
     hi: float
     chance: float
+    best_lr: float | None = None
+    candidates: tuple[float, ...] = ()
+    peer_learns: bool = False
 
     @property
     def spread(self) -> float:
@@ -79,6 +85,12 @@ class Stat:
     @property
     def learned(self) -> bool:
         return self.mean >= learned_threshold(self.chance)
+
+    def covers(self, lr: float | None) -> bool:
+        """Whether this side trained ``lr`` on every reported seed (within its candidates' span)."""
+        if lr is None or not self.candidates:
+            return False
+        return min(self.candidates) * (1 - 1e-3) <= lr <= max(self.candidates) * (1 + 1e-3)
 
     def text(self) -> str:
         rng = f" [{100 * self.lo:.1f}–{100 * self.hi:.1f}]" if self.hi > self.lo else ""
@@ -93,9 +105,38 @@ def beats(a: Stat, b: Stat) -> bool:
     return a.learned and a.mean > b.mean and conclusive(a, b)
 
 
-def compare(a: Stat, b: Stat) -> int:
-    """+1 if a beats b, -1 if b beats a, 0 otherwise."""
-    return 1 if beats(a, b) else -1 if beats(b, a) else 0
+def failure_counts(winner: Stat, loser: Stat, predicted: bool, cover: bool = True) -> str:
+    """"" when ``winner`` beating ``loser`` is evidence, else why not. A loser at chance is no
+    evidence unless the claim predicts that failure, the loser's search trained the winner's
+    learning rate on every reported seed (``cover``; not for a claim about the learning-rate grids
+    themselves), and a model of the loser's depth and recipe learns in the experiment (the scale
+    can learn at all)."""
+    if loser.learned:
+        return ""
+    if not predicted:
+        return f"{loser.label} is at chance, which the claim does not predict"
+    if cover and not loser.covers(winner.best_lr):
+        return (f"{loser.label} is at chance without having trained {winner.label}'s learning rate "
+                f"{winner.best_lr:.3g} on every seed")
+    if not loser.peer_learns:
+        return f"{loser.label} is at chance and no model of its depth and recipe learns here"
+    return ""
+
+
+def compare_why(a: Stat, b: Stat, predicted: bool = False, cover: bool = True) -> tuple[int, str]:
+    """+1 if a beats b, -1 if b beats a, 0 otherwise, for a claim that a does better (``predicted``:
+    it predicts b's failure); and why a win was not counted ("" if it was). A's own failure is
+    evidence against the claim when it is real (covered, and the scale learns): the claim
+    predicted a's success, so the same conditions apply as to a predicted failure."""
+    for w, l, sign, pred in ((a, b, 1, predicted), (b, a, -1, True)):
+        if beats(w, l):
+            why = failure_counts(w, l, pred, cover)
+            return (0, why) if why else (sign, "")
+    return 0, ""
+
+
+def compare(a: Stat, b: Stat, predicted: bool = False, cover: bool = True) -> int:
+    return compare_why(a, b, predicted, cover)[0]
 
 
 @dataclass(frozen=True)
@@ -125,7 +166,13 @@ def _setting_text(r) -> str:
 
 def stat(e, r, label: str | None = None) -> Stat:
     """A best-table row as a Stat."""
-    return Stat(label or r["model"], float(r["mean"]), float(r["min"]), float(r["max"]), e.chance(r))
+    cands = str(r.get("candidates") or "")
+    rows = e.rows()
+    peers = rows[(rows["layers"] == r["layers"]) & (rows["recipe"] == r["recipe"])]
+    learns = any(m >= learned_threshold(e.chance(row)) for m, (_, row) in zip(peers["mean"], peers.iterrows()))
+    return Stat(label or r["model"], float(r["mean"]), float(r["min"]), float(r["max"]), e.chance(r),
+                float(r["best_lr"]) if "best_lr" in r else None,
+                tuple(float(x) for x in cands.split(";") if x), learns)
 
 
 def paired(e, a: str, b: str, part_a="main", part_b="main", layers=None) -> list[tuple]:
@@ -140,14 +187,15 @@ def paired(e, a: str, b: str, part_a="main", part_b="main", layers=None) -> list
 
 
 # --------------------------------------------------------------------------- claim kinds
-def a_beats_b(e, a: str, b: str, layers=None) -> Judgement | None:
-    """A beats B in the setting where A is best (among those both train)."""
+def a_beats_b(e, a: str, b: str, layers=None, predicted: bool = False) -> Judgement | None:
+    """A beats B in the setting where A is best (among those both train); ``predicted``: the claim
+    predicts B's failure (``failure_counts``)."""
     pairs = paired(e, a, b, layers=layers)
     if not pairs:
         return None
     r, sa, sb = max(pairs, key=lambda p: p[1].mean)
-    c = compare(sa, sb)
-    return Judgement(tally(c > 0, c < 0), f"{_setting_text(r)}: {sa.text()} vs {sb.text()}")
+    c, why = compare_why(sa, sb, predicted)
+    return Judgement(tally(c > 0, c < 0), f"{_setting_text(r)}: {sa.text()} vs {sb.text()}" + (f" ({why}: no evidence)" if why else ""))
 
 
 def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
@@ -160,7 +208,9 @@ def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
         found = True
         r, so, sr = max(pairs, key=lambda p: p[2].mean)
         parts.append(f"{_setting_text(r)}: {so.text()} vs {sr.text()}")
-        if compare(so, sr) != 0:
+        c, why = compare_why(so, sr, predicted=True)  # a failure on either side is against the claim
+        parts[-1] += f" ({why}: no evidence)" if why else ""
+        if c != 0:
             verdicts.append(CONTRADICTED)
         elif (so.learned or sr.learned) and abs(so.mean - sr.mean) <= MIN_DIFF:
             verdicts.append(CONSISTENT)
@@ -228,11 +278,11 @@ def wide_beats_deep(e, model: str) -> Judgement | None:
                     continue
                 if max(x.parameters, y.parameters) > PARAM_RATIO * min(x.parameters, y.parameters):
                     continue
-                sx, sy = stat(e, x._asdict(), f"{x.layers}×{x.width}"), stat(e, y._asdict(), f"{y.layers}×{y.width}")
-                c = compare(sx, sy)
+                sx, sy = stat(e, pd.Series(x._asdict()), f"{x.layers}×{x.width}"), stat(e, pd.Series(y._asdict()), f"{y.layers}×{y.width}")
+                c, why = compare_why(sx, sy)
                 ups, downs = ups + (c > 0), downs + (c < 0)
                 parts.append(f"{x.task_name} {sx.text()} vs {sy.text()} "
-                             f"({x.parameters / 1e6:.3g}M vs {y.parameters / 1e6:.3g}M params)")
+                             f"({x.parameters / 1e6:.3g}M vs {y.parameters / 1e6:.3g}M params)" + (f" ({why}: no evidence)" if why else ""))
     if not parts:
         if r.drop_duplicates(["width", "layers"]).shape[0] < 2:
             return None
@@ -242,9 +292,10 @@ def wide_beats_deep(e, model: str) -> Judgement | None:
                      + f" (wider wins {ups}, deeper wins {downs})")
 
 
-def grows_with(e, axis: str, models: list[str] | None = None, mixers_out=()) -> Judgement | None:
+def grows_with(e, axis: str, models: list[str] | None = None, mixers_out=(), predicted: bool = False) -> Judgement | None:
     """Each model improves from the smallest to the largest value of ``axis`` (width or layers),
-    the other axis held fixed: counted over (model, task, other axis)."""
+    the other axis held fixed: counted over (model, task, other axis); ``predicted``: the claim
+    predicts that the smaller may fail outright (``failure_counts``)."""
     r = e.rows() if models is None else e.rows().loc[lambda d: d["model"].isin(models)]
     r = r[~r["mixer"].isin(mixers_out)]
     other = "layers" if axis == "width" else "width"
@@ -256,9 +307,9 @@ def grows_with(e, axis: str, models: list[str] | None = None, mixers_out=()) -> 
         g = g.sort_values(axis)
         lo, hi = g.iloc[0], g.iloc[-1]
         s_lo, s_hi = stat(e, lo, f"{lo['layers']}×{lo['width']}"), stat(e, hi, f"{hi['layers']}×{hi['width']}")
-        c = compare(s_hi, s_lo)
+        c, why = compare_why(s_hi, s_lo, predicted)
         ups, downs = ups + (c > 0), downs + (c < 0)
-        parts.append(f"{key[0]} {lo['task_name']}: {s_hi.text()} vs {s_lo.text()}")
+        parts.append(f"{key[0]} {lo['task_name']}: {s_hi.text()} vs {s_lo.text()}" + (f" ({why}: no evidence)" if why else ""))
     if not parts:
         return None
     return Judgement(tally(ups, downs), "; ".join(parts) + f" (larger wins {ups}, smaller wins {downs})")
@@ -278,7 +329,7 @@ def fine_grid_helps(e) -> Judgement | None:
         pairs += paired(e, model, zoo_name(model, e.rows(part="zoo")["model"]), part_b="zoo")
     if not pairs:
         return None
-    cs = [compare(sa, sb) for _, sa, sb in pairs]
+    cs = [compare(sa, sb, predicted=True, cover=False) for _, sa, sb in pairs]  # the claim: the coarse grid misses
     ups, downs = sum(c > 0 for c in cs), sum(c < 0 for c in cs)
     d = float(np.mean([sa.mean - sb.mean for _, sa, sb in pairs]))
     return Judgement(tally(ups, downs), f"{len(pairs)} (model, setting) pairs: fine grid better in {ups}, "
@@ -301,7 +352,7 @@ def solves_everywhere(e, model: str, layers=None) -> Judgement | None:
 def fails_where_other_learns(e, weak: str, strong: str, layers=None) -> Judgement | None:
     """``weak`` has not learned where ``strong`` beats it (its best setting); contradicted where
     ``weak`` learned or beats ``strong``."""
-    j = a_beats_b(e, strong, weak, layers=layers)
+    j = a_beats_b(e, strong, weak, layers=layers, predicted=True)
     if j is None:
         return None
     learned_weak = [stat(e, row) for _, row in e.rows(weak, layers=layers).iterrows()]
@@ -315,7 +366,7 @@ def fails_where_other_learns(e, weak: str, strong: str, layers=None) -> Judgemen
 def depth_helps(e, model: str) -> Judgement | None:
     """At each width trained at two or more depths, the deepest against the shallowest (comparing
     across widths would credit depth with what width did)."""
-    return grows_with(e, "layers", [model])
+    return grows_with(e, "layers", [model], predicted=True)  # a 1-layer attention fails (Sec. 4)
 
 
 # --------------------------------------------------------------------------- the claims
@@ -339,7 +390,7 @@ CLAIMS: list[tuple[str, str, str, Callable]] = [
     ("attn1", "fig3", "1-layer attention fails where 1-layer Mamba succeeds",
      lambda e: fails_where_other_learns(e, "attention", "mamba", layers=1)),
     ("width", "fig3", "1-layer recurrent models improve with width",
-     lambda e: grows_with(e, "width", mixers_out=ATTENTION_MIXERS)),
+     lambda e: grows_with(e, "width", mixers_out=ATTENTION_MIXERS, predicted=True)),
     ("depth", "fig4", "Attention improves with depth", lambda e: depth_helps(e, "attention")),
     ("widthdepth", "fig4", "At equal parameter count, Mamba prefers width to depth",
      lambda e: wide_beats_deep(e, "mamba")),
@@ -348,14 +399,15 @@ CLAIMS: list[tuple[str, str, str, Callable]] = [
     ("copywidth", "table1", "On copying, at equal parameter count a wide Mamba beats a deep one",
      lambda e: wide_beats_deep(e, present(e, *COPY_MAMBA))),
     ("conv", "table2", "A convolution lets 1-layer attention recall; Mamba needs its conv1d",
-     lambda e: all_of([a_beats_b(e, "attention_conv_qkv", "attention"), a_beats_b(e, "mamba", "mamba_noconv")])),
+     lambda e: all_of([a_beats_b(e, "attention_conv_qkv", "attention", predicted=True),
+                       a_beats_b(e, "mamba", "mamba_noconv", predicted=True)])),
     ("backbone", "table2", "Removing Mamba's gate, or recasting it as S6 + MLP, costs no accuracy",
      lambda e: alike(e, "mamba", ["mamba_nogate", "s6_mlp"])),
     # Table 3's caption: a conv on "either the Key or Value matrix alone is sufficient to achieve the
     # same performance gains" (as on Q, K and V); on Q alone it is not
     ("convkv", "table3", "A convolution on K alone, or on V alone, does as well as on Q, K and V; on Q alone it does not",
      lambda e: all_of([alike(e, "attention_conv_qkv", ["attention_conv_k", "attention_conv_v"]),
-                       a_beats_b(e, "attention_conv_qkv", "attention_conv_q")])),
+                       a_beats_b(e, "attention_conv_qkv", "attention_conv_q", predicted=True)])),
     ("pe", "table4", "Positional encodings change recurrent models' accuracy little", lambda e: pe_alike(e)),
     ("deltanet", "fig7", "DeltaNet has a wider window of good learning rates than Mamba2 and Mamba",
      lambda e: window_wider(e, "deltanet", ["mamba2", "mamba"])),

@@ -313,29 +313,39 @@ def protocol_text(meta: dict) -> str:
         return ("Every grid trains its fixed learning rates on every seed (the literal reading of the paper's "
                 "Appendix~A.2), and the learning rate with the best mean over seeds is reported; among tied best "
                 "means, the middle one.")
-    text = ("Learning rates are chosen by a deterministic search, one per setting, which the workflow runs in "
-            "rounds (\\texttt{src/arrepro/search.py}; every decision and its reason is written to a file). Round~0 "
-            "trains a start grid on the search seed(s). Then, for at most a given number of rounds, each adding at "
-            "most a given number of learning rates: a best learning rate on the edge of what was tried extends the "
-            "search outward by the start grid's step, never leaving the search's range; otherwise new learning rates "
-            "bracket the best at geometric midpoints until its nearest neighbours lie within the resolution; where "
-            "a window is reported, its two edges are resolved the same way. Refinement stops at that resolution, "
-            "at the round budget, on a plateau (two learning rates at the plateau mark or above) or when no "
-            "learning rate reaches the learned threshold. If the two best learning rates on the search seeds are "
-            "within the tie margin of each other, both train more seeds and the better mean over them decides. The "
-            "chosen learning rate then trains every reported seed, and the statistic is taken there. Curves of "
-            "accuracy against learning rate search on every seed. The searches of this scale: ")
+    text = ("Every number reported is the paper's statistic (its Appendix~A.2): the best, over the learning "
+            "rates, of the mean accuracy over every reported seed. Which learning rates compete is decided by a "
+            "deterministic search, one per setting, which the workflow runs in rounds (\\texttt{src/arrepro/search.py}; "
+            "every decision and its reason is written to a file). Round~0 trains a start grid on the search seed(s). "
+            "Then, for at most a given number of rounds, each adding at most a given number of learning rates: a best "
+            "learning rate on the edge of what was tried extends the search outward by the start grid's step, never "
+            "leaving the search's range; otherwise new learning rates bracket the best at geometric midpoints until its "
+            "nearest neighbours lie within the resolution; where a window is reported, its two edges are resolved the "
+            "same way. ``Best'' here is a learning rate's mean over the seeds it has so far. Seeds are then spent where "
+            "they can change the answer, by successive halving: the best-scoring learning rates (the \\emph{candidates}, "
+            "at least two) climb to every reported seed, and any other learning rate that could still beat the best "
+            "candidate (its accuracies so far, with 1 on every seed not yet trained, above the candidate's mean) climbs "
+            "too, within the setting's budget of cells. Where the search seed learns nothing anywhere, the next seed "
+            "trains every learning rate tried before the search goes on, and a setting is called ``not learned'' only "
+            "when no cell of any seed learned. The reported learning rate is the candidate with the best mean over every "
+            "seed; curves of accuracy against learning rate train every seed at every learning rate they show. The "
+            "searches of this scale: ")
     parts = []
     for n in names:
-        d = {**searched({"search": n}, meta)}
+        d = searched({"search": n}, meta)
         start = d.get("start")
         start_txt = "the grid's own learning rates" if start is None else _lrs_text(lr_grid({"lrs": start}, meta["lr_grids"]))
         rng = f", range {tex_lr(d['range'][0])} to {tex_lr(d['range'][1])}" if "range" in d else ""
         seeds = "every seed" if d["search_seeds"] == "all" else f"{d['search_seeds']} seed(s)"
+        ladder = "" if d["search_seeds"] == "all" else (
+            ", then " + ", then ".join(f"the best {t} on {'every' if k == 'all' else k} seed{'s' if k != 1 else ''}"
+                                      for k, t in d["ladder"]))
+        budget = d.get("budget") or 0
+        tiers = "".join(f" ({v} for the {k} cost tier)" for k, v in d.get("tier_budget", {}).items())
         parts.append(f"\\emph{{{tex_escape(n)}}}: start {start_txt}{rng}, resolution {d['resolution']:g} decades, "
-                     f"at most {d['rounds']} rounds of {d['per_round']}, search on {seeds}"
-                     f"{', window resolved' if d['window'] else ''}, tie margin {d['tie']:g} settled on "
-                     f"{d['tie_seeds']} more seeds, plateau at {d['plateau']:g}")
+                     f"at most {d['rounds']} {'round' if d['rounds'] == 1 else 'rounds'} of {d['per_round']}, search on "
+                     f"{seeds}{ladder}{', window resolved' if d['window'] else ''}"
+                     f"{f', at most {budget} cells{tiers}' if budget else ''}, plateau at {d['plateau']:g}")
     fixed = any(searched(g, meta) is None for g in grids)
     return (text + "; ".join(parts) + "." + (" Grids without a search train their fixed learning rates on every "
                                              "seed." if fixed else ""))
