@@ -437,21 +437,27 @@ def _ladder_gap(spec: SearchSpec, ev: Evidence) -> tuple[int, list[float]]:
     return 0, []
 
 
-def _ladder_cost(spec: SearchSpec, ev: Evidence, new: int = 0, final_only: bool = False,
-                 lifted: dict[float, int] | None = None) -> int:
-    """Cells the ladder still needs (``final_only``: just its last step, the candidates on every
-    seed) if ``new`` untried learning rates joined at the exploration level, all at the top, and
-    the learning rates of ``lifted`` had those seed counts."""
-    e = explore_level(spec, ev)
-    counts = [e] * new + [max(ev.n(lr), (lifted or {}).get(lr, 0)) for lr in ev.ranked(ev.tried)]
+def _ladder_cost(spec: SearchSpec, ev: Evidence, new: int = 0) -> int:
+    """Cells the ladder still needs if ``new`` untried learning rates joined at the exploration
+    level, all at the top, and no ranking changed on the way up."""
+    counts = [explore_level(spec, ev)] * new + [ev.n(lr) for lr in ev.ranked(ev.tried)]
     cost = 0
-    steps = list(zip(spec.ladder, spec.levels))
-    for (seeds, take), before in steps[-1:] if final_only else steps:
-        top = [i for i, c in enumerate(counts) if c >= (0 if final_only else before)][:take]
-        for i in top:
+    for (seeds, take), before in zip(spec.ladder, spec.levels):
+        for i in [i for i, c in enumerate(counts) if c >= before][:take]:
             cost += max(0, seeds - counts[i])
             counts[i] = max(counts[i], seeds)
     return cost
+
+
+def _finish_reserve(spec: SearchSpec, ev: Evidence, new: int = 0, lifted: dict[float, int] | None = None) -> int:
+    """The most cells the ladder's last step can still need, whatever the ranking becomes: the
+    candidates still missing, each from the fewest seeds any learning rate has (``new`` untried
+    learning rates at the exploration level, ``lifted`` at those seed counts)."""
+    n, full = len(spec.seeds), len(ev.full())
+    counts = [explore_level(spec, ev)] * new + [max(ev.n(lr), (lifted or {}).get(lr, 0)) for lr in ev.tried]
+    missing = sorted((n - c for c in counts if c < n), reverse=True)
+    k = spec.candidates - sum(1 for c in counts if c >= n)
+    return sum(missing[:max(0, k)]) if spec.ladder else 0
 
 
 def contenders(spec: SearchSpec, ev: Evidence) -> list[float]:
@@ -480,7 +486,7 @@ def climb(spec: SearchSpec, ev: Evidence, left: int, last: bool) -> tuple[list[t
     if lift:
         todo = [(lr, seeds) for lr in lift]
         cost = sum(len(_lift(spec, ev, lr, to)) for lr, to in todo)
-        after = _ladder_cost(spec, ev, final_only=True, lifted={lr: to for lr, to in todo})
+        after = _finish_reserve(spec, ev, lifted={lr: to for lr, to in todo})
         if seeds < n and (last or cost + after > left):
             top = ev.ranked([lr for lr in ev.tried])[:spec.candidates]
             todo = [(lr, n) for lr in top if ev.n(lr) < n]
@@ -566,7 +572,7 @@ def decide(spec: SearchSpec, rounds: list[Round], results: dict) -> tuple[Round 
     if rounds_left >= 1 + bool(spec.ladder) and sum(r.kind == "refine" for r in rounds) < spec.rounds:
         new, why = explore(spec, ev)
         e = explore_level(spec, ev)
-        while new and len(new) * e + _ladder_cost(spec, ev, len(new)) > left:
+        while new and len(new) * e + max(_ladder_cost(spec, ev, len(new)), _finish_reserve(spec, ev, len(new))) > left:
             new = new[:-1]  # what still fits beside the ladder's cells
         if new:
             if e > len(spec.search_seeds):
