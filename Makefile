@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SCALE  ?= demo
 
-.PHONY: demo test setup bench clean report kernels-cpu gpu-check
+.PHONY: demo test setup bench clean report kernels-cpu gpu-check protocol-check
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -26,6 +26,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m arrepro.tools --install
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
+
+# The learning-rate protocol checked on the scale's real cells: the literal grid (lr_protocol: grid)
+# trained beside the search, its statistic beside the search's, setting by setting (README).
+protocol-check: setup
+	snakemake --cores $(CORES) --rerun-incomplete results/$(SCALE)/tables/protocol_check.csv --config scale=$(SCALE)
+	cat results/$(SCALE)/tables/protocol_check.md
 
 # One HTML file with every figure and table of a finished scale, captioned: results/$(SCALE)/report.html
 report: setup

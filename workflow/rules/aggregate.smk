@@ -44,3 +44,25 @@ rule cells_table:
         "../../envs/plots.yaml"
     script:
         "../../scripts/aggregate.py"
+
+
+# The protocol checked on real cells (`make protocol-check`; not part of `all`: it trains the
+# literal grid's cells the searches did not): each search setting's statistic beside the literal
+# grid's (lr_protocol: grid), with the cells each spent.
+rule protocol_check:
+    output:
+        csv=f"{OUT}/tables/protocol_check.csv",
+        md=f"{OUT}/tables/protocol_check.md",
+    input:
+        reports=[s.report_path(OUT) for s in SEARCHES.searches.values()],
+        grid=lambda wc: cell_results(lr_rounds.Searches(GRID, "grid").round0_cells()),
+    params:
+        code=code("src/arrepro/protocol_check.py", "src/arrepro/rounds.py", "src/arrepro/search.py",
+                  "scripts/protocol_check.py"),
+    log:
+        f"{OUT}/logs/aggregate/protocol_check.log",
+    localrule: True
+    conda:
+        "../../envs/plots.yaml"
+    script:
+        "../../scripts/protocol_check.py"
