@@ -80,8 +80,10 @@ def _search_text(c, name):
     start = d.get("start", "the grid's lrs")
     start = c["lr_grids"][start] if isinstance(start, str) and start in c["lr_grids"] else start
     seeds = d["search_seeds"]
+    ladder = "" if seeds == "all" else f", ladder {d['ladder']}"
+    budget = f", budget {d['budget']}{''.join(f' ({k} {v})' for k, v in d.get('tier_budget', {}).items())}" if d["budget"] else ""
     return (f"start {start}, range {d.get('range', 'the start span')}, {d['resolution']} dec., {d['rounds']}x{d['per_round']}, "
-            f"search seeds {seeds}{', window' if d['window'] else ''}")
+            f"search seeds {seeds}{ladder}{budget}{', window' if d['window'] else ''}")
 
 
 def _all_seeds(c):
