@@ -356,7 +356,7 @@ def _peak(spec: SearchSpec, ev: Evidence, x: float, n: int) -> tuple[list[float]
     return extend + gaps, [w for w in why if w], outcome
 
 
-def explore(spec: SearchSpec, ev: Evidence) -> tuple[list[float], str]:
+def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[list[float], str]:
     """The learning rates the evidence wants next on the search seeds (at most ``per_round``,
     nothing tried twice), and why; ([], why) when it wants none."""
     tried, scores = ev.tried, ev.scores()
@@ -371,7 +371,8 @@ def explore(spec: SearchSpec, ev: Evidence) -> tuple[list[float], str]:
         # search seed sees nothing anywhere); then a best on the start grid's edge extends (once),
         # before the setting is called "not learned"
         edge = -1 if b == tried[0] else 1 if b == tried[-1] else 0
-        asked = not spec.ladder or all(ev.n(lr) > len(spec.search_seeds) for lr in tried)
+        asked = not spec.ladder or (all(ev.n(lr) > len(spec.search_seeds) for lr in tried)
+                                    and not _can_widen(spec, ev, left))
         if edge and asked and b in spec.start and len(tried) > 1:
             new, kind = _side(b, tried, edge, spec, 1)
             if kind == "edge":
@@ -458,6 +459,22 @@ def _finish_reserve(spec: SearchSpec, ev: Evidence, new: int = 0, lifted: dict[f
     missing = sorted((n - c for c in counts if c < n), reverse=True)
     k = spec.candidates - sum(1 for c in counts if c >= n)
     return sum(missing[:max(0, k)]) if spec.ladder else 0
+
+
+def _can_widen(spec: SearchSpec, ev: Evidence, left: int | None) -> bool:
+    """Whether the next seed can still look everywhere (nothing learned yet) within ``left`` cells,
+    the ladder's last step kept."""
+    if left is None or ev.learned_any:
+        return False
+    k = min(ev.n(lr) for lr in ev.tried)
+    if k + 1 >= len(spec.seeds):
+        return False
+    lifted = {lr: k + 1 for lr in ev.tried if ev.n(lr) == k}
+    tried, scores = ev.tried, ev.scores()
+    b = best(scores)
+    edge = b in spec.start and (b == tried[0] and not _at_bound(b, spec.lo) or b == tried[-1] and not _at_bound(b, spec.hi))
+    extension = len(spec.search_seeds) if edge else 0  # the start grid's edge still to extend: keep its cell
+    return len(lifted) + extension + _finish_reserve(spec, ev, lifted=lifted) <= left
 
 
 def contenders(spec: SearchSpec, ev: Evidence) -> list[float]:
@@ -570,7 +587,7 @@ def decide(spec: SearchSpec, rounds: list[Round], results: dict) -> tuple[Round 
     left = spec.max_cells() - ev.cells()
     rounds_left = spec.max_rounds - (len(rounds) - 1)
     if rounds_left >= 1 + bool(spec.ladder) and sum(r.kind == "refine" for r in rounds) < spec.rounds:
-        new, why = explore(spec, ev)
+        new, why = explore(spec, ev, left)
         e = explore_level(spec, ev)
         while new and len(new) * e + max(_ladder_cost(spec, ev, len(new)), _finish_reserve(spec, ev, len(new))) > left:
             new = new[:-1]  # what still fits beside the ladder's cells
