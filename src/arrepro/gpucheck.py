@@ -22,20 +22,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Dense (no sparsity) peak throughput, TFLOP/s, from NVIDIA's data sheets: bf16 on tensor cores;
-# fp32 on the CUDA cores (PyTorch leaves TF32 off for matmuls by default). Keys are matched as
-# substrings of torch.cuda.get_device_name(), first match wins (so "H100 PCIe" before "H100").
+# Dense (no sparsity) peak throughput, TFLOP/s, from NVIDIA's data sheets: bf16 and tf32 on tensor
+# cores; fp32 on the CUDA cores (what PyTorch runs when TF32 is off, arrepro.train.autocast_for).
+# Keys are matched as substrings of torch.cuda.get_device_name(), first match wins (so "H100 PCIe"
+# before "H100").
 PEAK_TFLOPS = {
-    "H200": {"bf16": 989.0, "fp32": 67.0},
-    "H100 PCIe": {"bf16": 756.0, "fp32": 51.0},
-    "H100": {"bf16": 989.0, "fp32": 67.0},  # SXM
-    "A100": {"bf16": 312.0, "fp32": 19.5},
-    "L40S": {"bf16": 362.0, "fp32": 91.6},
-    "A40": {"bf16": 149.7, "fp32": 37.4},
-    "A10": {"bf16": 125.0, "fp32": 31.2},
-    "L4": {"bf16": 121.0, "fp32": 30.3},
-    "RTX 4090": {"bf16": 165.2, "fp32": 82.6},
-    "RTX 3090": {"bf16": 71.0, "fp32": 35.6},
+    "H200": {"bf16": 989.0, "tf32": 494.7, "fp32": 67.0},
+    "H100 PCIe": {"bf16": 756.0, "tf32": 378.0, "fp32": 51.0},
+    "H100": {"bf16": 989.0, "tf32": 494.7, "fp32": 67.0},  # SXM
+    "A100": {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    "L40S": {"bf16": 362.0, "tf32": 183.0, "fp32": 91.6},
+    "A40": {"bf16": 149.7, "tf32": 74.8, "fp32": 37.4},
+    "A10": {"bf16": 125.0, "tf32": 62.5, "fp32": 31.2},
+    "L4": {"bf16": 121.0, "tf32": 60.0, "fp32": 30.3},
+    "RTX 4090": {"bf16": 165.2, "tf32": 82.6, "fp32": 82.6},
+    "RTX 3090": {"bf16": 71.0, "tf32": 35.6, "fp32": 35.6},
 }
 
 
@@ -176,8 +177,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
-                    help="bf16 runs every kernel (some need half precision); fp32 is the paper scale's default")
+    ap.add_argument("--precision", choices=("bf16", "tf32", "fp32"), default="bf16",
+                    help="bf16 runs every kernel (some need half precision); tf32 is the paper scale's (fp32 with TF32 matmuls)")
     ap.add_argument("--scale", default="paper", help="the config scale whose first task and recipe are used")
     ap.add_argument("--only", nargs="*", help="mixers to check (default: every family)")
     ap.add_argument("--require-kernels", action="store_true",
