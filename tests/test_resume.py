@@ -183,7 +183,7 @@ def resumed(logs: list[str]) -> bool:
     return any("resumed from checkpoint" in line for line in logs)
 
 
-@pytest.mark.parametrize("tracked", ["train_sources", "DATA_SOURCES"])
+@pytest.mark.parametrize("tracked", ["train_sources", "data_sources"])
 @pytest.mark.parametrize("edit, resumes", [
     ("x = 2\n", False),  # code: another cell
     ('"""A docstring."""\nx = 1  # a comment\n\n', True),  # comments, docstrings, blank lines: the same cell
@@ -198,8 +198,9 @@ def test_a_checkpoint_is_resumed_only_by_the_same_code(data, tmp_path, monkeypat
     if tracked == "train_sources":
         real = train.train_sources
         monkeypatch.setattr(train, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
-    else:  # raising=False: code without DATA_SOURCES fails this test by resuming, not by a missing name
-        monkeypatch.setattr(train, "DATA_SOURCES", (*getattr(train, "DATA_SOURCES", ()), str(extra)), raising=False)
+    else:
+        real_data = train.data_sources
+        monkeypatch.setattr(train, "data_sources", lambda *a, **kw: real_data(*a, **kw) + [str(extra)])
     out = tmp_path / "cell"
     with pytest.raises(SystemExit):
         train_cell(spec(), data, out, threads=1, log=quiet, stop_after_steps=20)

@@ -41,7 +41,7 @@ from .cellfiles import CHECKPOINT, METRICS, RESULT, CellBusy, CellLock, metrics_
 from .checkpoint import CorruptCheckpoint
 from .digest import file_digest, source_digest
 from .files import write_json_atomic, write_text_atomic
-from .catalogue import DATA_SOURCES, train_sources
+from .catalogue import data_sources, train_sources
 from .models import LanguageModel
 from .models.kernels import describe_paths, kernels_enabled, paths_used
 
@@ -195,7 +195,7 @@ def fingerprint(spec: dict, data_dir: str | Path) -> str:
         "spec": spec,
         "data": data,
         "train_code": source_digest(train_sources(spec["model_def"]["mixer"], repo), repo),
-        "data_code": source_digest(DATA_SOURCES, repo),
+        "data_code": source_digest(data_sources(repo), repo),
     }
     return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

@@ -10,7 +10,7 @@ from arrepro import resources as cluster  # wall time, memory, groups and GPU pa
 from arrepro import rounds as lr_rounds
 from arrepro.cellfiles import CellBusy, start_over
 from arrepro.digest import source_digest
-from arrepro.catalogue import DATA_SOURCES, train_sources
+from arrepro.catalogue import script_sources, train_sources
 from arrepro.checks import load_grid
 from arrepro.grid import CELL_PATTERN, ConfigError, one_of
 
@@ -38,6 +38,13 @@ def code(*paths):
     record it as a param instead of declaring the files as inputs: Snakemake reruns a job when
     its params change, so a comment edit reruns nothing and a code edit exactly its jobs."""
     return source_digest(paths, ROOT)
+
+
+@functools.lru_cache(maxsize=None)
+def script_code(script):
+    """The code digest of a rule's script and of every module of the package it imports
+    (arrepro.catalogue.script_sources: derived from its imports, not listed by hand)."""
+    return code(*script_sources(script, ROOT))
 
 
 @functools.lru_cache(maxsize=None)
