@@ -279,13 +279,47 @@ def test_an_unreadable_result_is_named_in_the_error_and_the_log(wd):
     assert rel in (wd / "results/tiny/logs/searches/cells_10min-fig2-round1.log").read_text()
 
 
-def test_a_rerun_cell_appends_to_its_train_log(wd):
+def interrupt(wd: Path, grid, cell) -> None:
+    """Leave ``cell`` as a training job stopped after its first step leaves it: a checkpoint of
+    that step (its fingerprint: this cell, data and code), beside its old result."""
+    from arrepro.train import train_cell
+
+    spec = grid.cell_spec(cell.task, cell.model, cell.width, cell.layers, cell.recipe, cell.lr, cell.seed)
+    (wd / cell.path / "checkpoint.pt").unlink(missing_ok=True)
+    with pytest.raises(SystemExit):
+        train_cell(spec, wd / "results/data" / cell.task, wd / cell.path, threads=1, log=lambda s: None,
+                   stop_after_steps=1)
+
+
+def test_a_forced_run_retrains_every_cell_of_every_round(wd):
+    """Issue 23: `--forcerun train` started over only the cells known when the DAG was first built
+    (round 0): the cells the search's later rounds added resumed their checkpoints ("resumed from
+    checkpoint at epoch 3 batch 0") and kept their old numbers. Here each later-round cell holds
+    the checkpoint of an interrupted attempt: every cell trains from scratch, the run says how
+    many, and each train.log keeps its earlier lines."""
+    from arrepro.grid import Grid
+    from arrepro.rounds import Searches, plan_path, plan_rounds, read_plan, search_cells
+
+    grid = Grid(yaml.safe_load((wd / "config.yaml").read_text()), "tiny")
+    searches = Searches(grid)
+    cells = {}  # every cell of every round, from the searches' last plans
+    for s in searches.searches.values():
+        plan = read_plan(wd / plan_path(grid.out, s.group, searches.final_round(s.group)))
+        cells.update({c.path: c for c in search_cells(s, plan_rounds(plan, s.key))})
+    later = sorted(set(cells) - {c.path for c in searches.round0_cells()})
+    assert len(later) >= 2, later  # the search's refining rounds
+    for path in later:
+        interrupt(wd, grid, cells[path])
     logs = sorted(wd.glob("results/cells/**/train.log"))
+    assert len(logs) == len(cells)
     for log in logs:
         log.write_text("an earlier attempt's line\n" + log.read_text())
-    smk(wd, "--cores", "1", "--forcerun", "train", *TARGETS, "--config", "scale=tiny")
-    for log in logs:
-        text = log.read_text()
+    p = smk(wd, "--cores", "1", "--forcerun", "train", *TARGETS, "--config", "scale=tiny")
+    assert f"{len(cells)} forced cell(s) trained from scratch" in p.stderr, p.stderr[-3000:]
+    for path in sorted(cells):
+        job = (wd / path / "job.log").read_text()
+        assert "resumed from checkpoint" not in job and "epoch 1/" in job, f"{path}:\n{job}"
+        text = (wd / path / "train.log").read_text()
         assert text.startswith("an earlier attempt's line\n") and text.count("epoch") >= 2, text
 
 
