@@ -46,9 +46,11 @@ def cells(wd: Path) -> list[Path]:
 # -- a forced job starts over; a retry resumes ---------------------------------------------------
 @pytest.mark.parametrize("force", [["--forcerun", "train"], ["--forceall"]], ids=["forcerun", "forceall"])
 def test_a_forced_train_job_starts_over(wd, force):
-    """Issue 18: both ended with "resumed from checkpoint at epoch 1 batch 0" and the old numbers."""
+    """Issue 18: both ended with "resumed from checkpoint at epoch 1 batch 0" and the old numbers.
+    (With the config's keep_weights, issue 23: the retrained cells keep their final weights.)"""
     before = {c: (c / "checkpoint.pt").stat().st_mtime_ns for c in cells(wd)}
-    p = smk(wd, "--cores", "1", *FIG2, *force, "--config", "scale=tiny")  # (--forcerun takes every name after it)
+    assert not any((c / "weights.pt").exists() for c in cells(wd))
+    p = smk(wd, "--cores", "1", *FIG2, *force, "--config", "scale=tiny", "keep_weights=True")  # (--forcerun takes every name after it)
     assert "2 forced cell(s) train from scratch" in p.stderr and "2 forced cell(s) trained from scratch" in p.stderr, \
         p.stderr[-2000:]
     for c in cells(wd):
@@ -56,6 +58,7 @@ def test_a_forced_train_job_starts_over(wd, force):
         assert "resumed from checkpoint" not in job and "epoch 1/1" in job, job
         assert re.search(r"forced by snakemake \(run \S+\): the cell starts over", (c / "train.log").read_text())
         assert (c / "checkpoint.pt").stat().st_mtime_ns != before[c]
+        assert (c / "weights.pt").is_file()
 
 
 def test_editing_the_train_script_restarts_its_cells(wd):

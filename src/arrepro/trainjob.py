@@ -107,11 +107,17 @@ def main(argv=None) -> None:
     if a.die_with_parent:
         die_with_parent()
     log = JobLog(a.train_log)
-    from . import numerics
-
-    numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
-    from . import runfile
+    from . import numerics, runfile
     from .cellfiles import METRICS, RESULT
+
+    try:  # what the Snakemake run asks of this cell
+        run = runfile.read(a.run_file) if a.run_file else None
+    except runfile.BadRunFile as e:
+        log.error(f"{PROG}: error: {e}")
+        sys.exit(1)
+    forced = run["run"] if run and runfile.forces(run, runfile.TRAIN_RULE, [os.path.join(a.out, RESULT),
+                                                                             os.path.join(a.out, METRICS)]) else None
+    numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
     from .files import NoSpace
     from .train import TrainError, train_cell  # torch: once the arguments are read
 
@@ -120,12 +126,9 @@ def main(argv=None) -> None:
             spec = json.loads(a.cell_json)
         except ValueError as e:
             raise TrainError(f"--cell-json: not valid JSON ({e})") from None
-        run = runfile.read(a.run_file) if a.run_file else None
-        forced = run["run"] if run and runfile.forces(run, runfile.TRAIN_RULE, [os.path.join(a.out, RESULT),
-                                                                                 os.path.join(a.out, METRICS)]) else None
         train_cell(spec, a.data, a.out, a.threads, log=log, forced_run=forced,
                    keep_weights=bool(run and run["keep_weights"]))
-    except (TrainError, NoSpace, runfile.BadRunFile) as e:  # a clear message naming the file or key: no traceback
+    except (TrainError, NoSpace) as e:  # a clear message naming the file or key: no traceback
         log.error(f"{PROG}: error: {e}")
         sys.exit(1)
     except Exception:
