@@ -1,6 +1,7 @@
 # Stage 2: one job per cell (task, model, width, layers, recipe, lr, seed).
-# The code digest of the model's source files is a param: a code edit in a mixer reruns only its
-# cells, a comment edit nothing.
+# The code digest of a cell's sources (scripts/train_cell.py, the package modules it imports, the
+# mixer and its CPU kernel: arrepro.catalogue.train_sources) is a param: a code edit in a mixer
+# reruns only its cells, a comment edit nothing.
 
 
 
