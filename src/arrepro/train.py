@@ -383,28 +383,25 @@ def _resume(run: Run) -> TrainState:
             ck = checkpoint.load(path, run.device)
         except (CorruptCheckpoint, OSError) as e:
             log(f"checkpoint {path} is corrupt ({e}): starting the cell over")
-    forced = f"forced by snakemake (run {run.forced_run}): the cell starts over"
-    if ck is not None:
-        if not (isinstance(ck, dict) and ck.get("fingerprint") == run.fingerprint):
-            log("checkpoint fingerprint differs from this cell, data and code: starting afresh")
-        elif run.forced_run and ck.get("forced_run") != run.forced_run:
-            state = ck["state"]
-            log(f"{forced}; its checkpoint (epoch {state['epoch']} batch {state['batch']}) is not used")
-        elif "model" not in ck:  # the finished cell's record (_finish): nothing left to train
-            st = TrainState(**ck["state"])
-            run.from_record = True
-            log(f"resumed from checkpoint at epoch {st.epoch} batch {st.batch} (the finished cell's record: "
-                "its files are rebuilt without training)")
-        else:
-            run.model.load_state_dict(ck["model"])
-            run.opt.load_state_dict(ck["optimizer"])
-            torch.set_rng_state(ck["torch_rng"])
-            if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(ck["cuda_rng"])
-            st = TrainState(**ck["state"])
-            log(f"resumed from checkpoint at epoch {st.epoch} batch {st.batch}")
-    elif run.forced_run:
-        log(forced)
+    mine = isinstance(ck, dict) and ck.get("fingerprint") == run.fingerprint
+    if ck is not None and not mine:
+        log("checkpoint fingerprint differs from this cell, data and code: starting afresh")
+    if run.forced_run and not (mine and ck.get("forced_run") == run.forced_run):
+        used = f"; its checkpoint (epoch {ck['state']['epoch']} batch {ck['state']['batch']}) is not used" if mine else ""
+        log(f"forced by snakemake (run {run.forced_run}): the cell starts over{used}")
+    elif mine and "model" not in ck:  # the finished cell's record (_finish): nothing left to train
+        st = TrainState(**ck["state"])
+        run.from_record = True
+        log(f"resumed from checkpoint at epoch {st.epoch} batch {st.batch} (the finished cell's record: "
+            "its files are rebuilt without training)")
+    elif mine:
+        run.model.load_state_dict(ck["model"])
+        run.opt.load_state_dict(ck["optimizer"])
+        torch.set_rng_state(ck["torch_rng"])
+        if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(ck["cuda_rng"])
+        st = TrainState(**ck["state"])
+        log(f"resumed from checkpoint at epoch {st.epoch} batch {st.batch}")
     log(f"[{run.tag}] {run.model.num_parameters():,} parameters, {run.epochs} epochs x {run.steps_per_epoch} steps, "
         f"device {run.device}")
     st.numerics = numerics.merge(st.numerics, run.numbers)
