@@ -1,7 +1,8 @@
 """What code defines what, read without importing torch (the Snakefile and the config checks
 use it): the sequence mixers on disk, each mixer's constructor arguments and declared
-requirements (read with ``ast``), and the source files that define a cell of a mixer and a
-dataset (whose code digests decide reruns and checkpoints)."""
+requirements (read with ``ast``), and the source files of each rule (its script and the modules
+of this package the script imports: ``script_sources``), of a cell of a mixer and of a dataset,
+whose code digests decide reruns and checkpoints."""
 from __future__ import annotations
 
 import ast

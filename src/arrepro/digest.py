@@ -22,7 +22,7 @@ import hashlib
 import os
 from pathlib import Path
 
-PACKAGE = "arrepro"
+from .catalogue import PACKAGE
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
