@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 
+from .digest import PACKAGE, imports
+
 ROOT = Path(__file__).resolve().parents[2]
 MIXERS_DIR = Path(__file__).resolve().parent / "models" / "mixers"
 # arguments every mixer gets from the backbone, not from mixer_kwargs
@@ -27,7 +29,6 @@ def mixer_names() -> set[str] | None:
 
 # ------------------------------------------------------------------------------ a rule's sources
 # The package's modules live in src/arrepro of the repository; rules run scripts under scripts/.
-PACKAGE = "arrepro"
 PACKAGE_DIR = f"src/{PACKAGE}"
 TRAIN_SCRIPT = "scripts/train_cell.py"
 DATA_SCRIPT = "scripts/make_data.py"
@@ -53,37 +54,21 @@ def _module_file(root: str, module: str) -> str | None:
     return None
 
 
-def _imported(root: str, rel: str, module: str | None) -> frozenset[str]:
+def _imported(root: str, rel: str, module: str | None) -> set[str]:
     """This package's modules (dotted names, and names that may be modules) that the file
-    ``rel`` imports anywhere; ``module``: its own dotted name (None for a script). Memoised on
-    the file's path, mtime and size."""
-    st = os.stat(os.path.join(root, rel))
-    return _imported_by(root, rel, module, st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=None)
-def _imported_by(root: str, rel: str, module: str | None, mtime_ns: int, size: int) -> frozenset[str]:
-    tree = ast.parse((Path(root) / rel).read_text(), filename=rel)
+    ``rel`` imports anywhere (``digest.imports``); ``module``: its own dotted name (None for a
+    script)."""
     package = module if rel.endswith("__init__.py") else (module or "").rpartition(".")[0]
     names: set[str] = set()
-    todo = list(tree.body)
-    while todo:  # every statement, in functions, classes and blocks too (an import is a statement)
-        node = todo.pop()
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the file's own package
-                parts = package.split(".") if package else []
-                if node.level - 1 >= len(parts):
-                    continue
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            names.add(base)
-            names.update(f"{base}.{a.name}" for a in node.names)  # `from arrepro import files`: a module
-        else:
-            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
-                todo.extend(getattr(node, field, ()))
-    return frozenset(n for n in names if n == PACKAGE or n.startswith(PACKAGE + "."))
+    for level, base, imported in imports(os.path.join(root, rel)):
+        if level:  # relative: from the file's own package
+            parts = package.split(".") if package else []
+            if level - 1 >= len(parts):
+                continue
+            base = ".".join(parts[:len(parts) - level + 1] + ([base] if base else []))
+        names.add(base)
+        names.update(f"{base}.{n}" for n in imported)  # `from arrepro import files`: a module
+    return {n for n in names if n == PACKAGE or n.startswith(PACKAGE + ".")}
 
 
 def _sources(root: str, starts: tuple[tuple[str, str | None], ...]) -> tuple[str, ...]:
