@@ -77,4 +77,4 @@ onstart:
         problem = missing_tex()
         if problem:
             raise WorkflowError(f"stopping before any job: {problem}")
-    start_forced_cells_over()  # a forced train job starts over (workflow/rules/train.smk)
+    record_run()  # which cells this run forces to start over (workflow/rules/common.smk)

@@ -46,15 +46,19 @@ def cells(wd: Path) -> list[Path]:
 # -- a forced job starts over; a retry resumes ---------------------------------------------------
 @pytest.mark.parametrize("force", [["--forcerun", "train"], ["--forceall"]], ids=["forcerun", "forceall"])
 def test_a_forced_train_job_starts_over(wd, force):
-    """Issue 18: both ended with "resumed from checkpoint at epoch 1 batch 0" and the old numbers."""
+    """Issue 18: both ended with "resumed from checkpoint at epoch 1 batch 0" and the old numbers.
+    (With the config's keep_weights, issue 23: the retrained cells keep their final weights.)"""
     before = {c: (c / "checkpoint.pt").stat().st_mtime_ns for c in cells(wd)}
-    p = smk(wd, "--cores", "1", *FIG2, *force, "--config", "scale=tiny")  # (--forcerun takes every name after it)
-    assert "2 forced cell(s) start over" in p.stderr, p.stderr[-2000:]
+    assert not any((c / "weights.pt").exists() for c in cells(wd))
+    p = smk(wd, "--cores", "1", *FIG2, *force, "--config", "scale=tiny", "keep_weights=True")  # (--forcerun takes every name after it)
+    assert "2 forced cell(s) train from scratch" in p.stderr and "2 forced cell(s) trained from scratch" in p.stderr, \
+        p.stderr[-2000:]
     for c in cells(wd):
         job = (c / "job.log").read_text()
         assert "resumed from checkpoint" not in job and "epoch 1/1" in job, job
-        assert "forced by snakemake: checkpoint removed, the cell starts over" in (c / "train.log").read_text()
+        assert re.search(r"forced by snakemake \(run \S+\): the cell starts over", (c / "train.log").read_text())
         assert (c / "checkpoint.pt").stat().st_mtime_ns != before[c]
+        assert (c / "weights.pt").is_file()
 
 
 def test_editing_the_train_script_restarts_its_cells(wd):
@@ -257,7 +261,7 @@ def test_a_forced_job_retried_after_sigterm_resumes_its_own_checkpoint(slow):
     first = untimed(metrics(cell))
     offset = (cell / "train.log").stat().st_size
     p = start(wd, "--forcerun", "train", "--retries", "1", target)
-    wait_for(cell / "train.log", rf"checkpoint removed(.|\n)*epoch 2/{EPOCHS}", after=offset)
+    wait_for(cell / "train.log", rf"the cell starts over(.|\n)*epoch 2/{EPOCHS}", after=offset)
     os.kill(trainer(cell), signal.SIGTERM)
     out, _ = p.communicate(timeout=600)
     assert p.returncode == 0, out[-3000:]

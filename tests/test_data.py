@@ -42,6 +42,32 @@ def test_random_non_queries_fill_the_gaps():
     assert (d["inputs"][:, 8:] != 0).mean() > 0.9
 
 
+def test_a_failed_dataset_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch):
+    """The data job writes with the one atomic writer (arrepro.files): a write that fails half-way
+    (here a full disk) keeps the file that was there, leaves no temp file, and names the file."""
+    import errno
+    import os
+
+    import arrepro.data
+    from arrepro.files import NoSpace
+
+    task = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 20, "n_test": 10, "seed": 0}
+    save_task(task, tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def half_then_full(f, **arrays):
+        if isinstance(f, (str, os.PathLike)):  # a writer that hands np.savez a path
+            f = open(f, "wb")
+        with f:
+            f.write(b"PK half an archive")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(arrepro.data.np, "savez", half_then_full)
+    with pytest.raises(NoSpace, match="train.npz"):
+        save_task(task, tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 @pytest.mark.parametrize("bad", [dict(seq_len=63), dict(vocab_size=64), dict(num_kv_pairs=17)])
 def test_invalid_settings_are_rejected(bad):
     spec = MQARSpec(**{**dict(vocab_size=8192, seq_len=64, num_kv_pairs=4), **bad})

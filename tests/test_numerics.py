@@ -12,8 +12,8 @@ import torch
 
 from arrepro import numerics
 from arrepro.data import save_task
+from arrepro import runfile
 from arrepro.numerics import PINS
-from arrepro import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 # the demo's MQAR task (config.yaml, scales.demo.tasks.L32), 50 training steps of batch 32
@@ -30,7 +30,7 @@ needs_avx2 = pytest.mark.skipif(not numerics.cpu_description()["avx2"],
                                 reason="this CPU has no AVX2: ATEN_CPU_CAPABILITY=avx2 cannot differ from default")
 
 UNPINNED = ("import json, sys; from arrepro.train import train_cell; "
-            "train_cell(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], log=print)")
+            "train_cell(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], log=print, keep_weights=True)")
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +47,15 @@ def run(data, out: Path, caller_env: dict, pinned: bool) -> tuple[dict, dict, st
     env = {k: v for k, v in os.environ.items() if k not in PINS}
     env.update(caller_env, PYTHONPATH=str(ROOT / "src"))
     cell = json.dumps(SPEC)
+    run_file = out.parent / f"{out.name}-run.json"  # keep the final weights (arrepro.runfile)
+    runfile.write(runfile.new([], [], keep_weights=True), run_file)
     cmd = ([sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", cell, "--data", str(data),
-            "--out", str(out), "--threads", "1"] if pinned else [sys.executable, "-c", UNPINNED, cell, str(data), str(out)])
+            "--out", str(out), "--threads", "1", "--run-file", str(run_file)] if pinned
+           else [sys.executable, "-c", UNPINNED, cell, str(data), str(out)])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     result = json.loads((out / "result.json").read_text())
-    weights = checkpoint.load(out / "checkpoint.pt", "cpu")["model"]
+    weights = torch.load(out / "weights.pt", weights_only=True)
     return result, weights, p.stdout
 
 

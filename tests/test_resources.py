@@ -102,6 +102,25 @@ def test_the_printed_plan_is_the_plan(paper):
         assert [int(x) for x in m.groups()[1:]] == [p["cells"], p["train_jobs"], round(p["requested_hours"]),
                                                      round(p["gpu_hours"]), round(p["estimated_gpu_hours"])]
     assert "none measured" in out and f"{R.plan(grid, round0, cells_per_gpu=3)['estimated_gpu_hours_mps']:.0f} if" in out
+    assert R.disk_line(R.disk_plan(grid, in_flight=200), keep_weights=False) in out  # the disk (issue 23)
+
+
+def test_the_disk_plan_counts_checkpoints_in_flight_and_weights_only_if_kept(paper):
+    """Issue 23: a finished cell keeps its files and a record of a few KB, not its model and
+    optimiser state. The most disk the plan needs: every cell's files, the checkpoints of the
+    largest cells training at once (twice while one is rewritten), and every cell's final weights
+    with keep_weights."""
+    grid, _ = paper
+    settings = [(s.spec.max_cells(), R.parameters(grid.cell_spec(s.setting.task, s.setting.model, s.setting.width,
+                                                                 s.setting.layers, s.setting.recipe, "1e-3", 0)))
+                for s in Searches(grid).searches.values()]
+    biggest = max(p for _, p in settings)
+    one, many = R.disk_plan(grid, in_flight=1), R.disk_plan(grid, in_flight=200)
+    assert one["checkpoints"] == 2 * 12 * biggest
+    assert 2 * 12 * biggest < many["checkpoints"] <= 200 * 2 * 12 * biggest
+    assert many["weights"] == sum(4 * n * p for n, p in settings) == one["weights"]
+    assert one["files"] == many["files"] < 1e9  # the cells' own files: a few KB each
+    assert "final weights" in R.disk_line(many, True) and "not kept" in R.disk_line(many, False)
 
 
 # ============================================================================ the model

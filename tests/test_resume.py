@@ -183,7 +183,7 @@ def resumed(logs: list[str]) -> bool:
     return any("resumed from checkpoint" in line for line in logs)
 
 
-@pytest.mark.parametrize("tracked", ["train_sources", "DATA_SOURCES"])
+@pytest.mark.parametrize("tracked", ["train_sources", "data_sources"])
 @pytest.mark.parametrize("edit, resumes", [
     ("x = 2\n", False),  # code: another cell
     ('"""A docstring."""\nx = 1  # a comment\n\n', True),  # comments, docstrings, blank lines: the same cell
@@ -198,8 +198,9 @@ def test_a_checkpoint_is_resumed_only_by_the_same_code(data, tmp_path, monkeypat
     if tracked == "train_sources":
         real = train.train_sources
         monkeypatch.setattr(train, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
-    else:  # raising=False: code without DATA_SOURCES fails this test by resuming, not by a missing name
-        monkeypatch.setattr(train, "DATA_SOURCES", (*getattr(train, "DATA_SOURCES", ()), str(extra)), raising=False)
+    else:
+        real_data = train.data_sources
+        monkeypatch.setattr(train, "data_sources", lambda *a, **kw: real_data(*a, **kw) + [str(extra)])
     out = tmp_path / "cell"
     with pytest.raises(SystemExit):
         train_cell(spec(), data, out, threads=1, log=quiet, stop_after_steps=20)
@@ -265,3 +266,66 @@ def test_a_finished_cell_whose_outputs_were_deleted_comes_back_unchanged(data, r
     assert not any("epoch 3/3" in line for line in logs)  # no training step ran
     assert {f: (tmp_path / f).read_bytes() for f in before} == before
     assert time.perf_counter() - t < 30
+
+
+# -- issue 23: a finished cell frees its disk; a forced cell starts over once per run ----------------
+def test_a_finished_cell_keeps_no_model_nor_optimiser_state(reference):
+    """Its checkpoint is replaced, when result.json is sealed, by the record that rebuilds its
+    outputs (above): no model, no optimiser state, a few KB; no weights unless asked."""
+    import torch
+
+    from arrepro import checkpoint
+
+    ck = checkpoint.load(reference / CHECKPOINT, torch.device("cpu"))
+    assert "model" not in ck and "optimizer" not in ck, sorted(ck)
+    assert (reference / CHECKPOINT).stat().st_size < 20_000, (reference / CHECKPOINT).stat().st_size
+    assert not (reference / "weights.pt").exists()
+
+
+def test_keep_weights_keeps_the_final_weights_only(data, reference, tmp_path):
+    """keep_weights: weights.pt holds the model's parameters (torch.load, weights only), those the
+    result was evaluated with; rebuilding the outputs from the record leaves them alone, and
+    retraining without keep_weights removes them."""
+    import contextlib
+
+    import torch
+
+    from arrepro.train import build_model, evaluate, load_task
+
+    train_cell(spec(), data, tmp_path, threads=1, log=quiet, keep_weights=True)
+    assert_same_cell(tmp_path, reference)
+    weights = torch.load(tmp_path / "weights.pt", weights_only=True)
+    _, _, xte, yte, vocab = load_task(data)
+    model = build_model(spec(), vocab, xte.shape[1])
+    model.load_state_dict(weights)
+    acc = evaluate(model, xte, yte, 256, torch.device("cpu"), contextlib.nullcontext)["test_accuracy"]
+    assert acc == json.loads((tmp_path / "result.json").read_text())["final_accuracy"]
+    stamp = (tmp_path / "weights.pt").stat().st_mtime_ns
+    for f in ("result.json", "metrics.jsonl"):
+        (tmp_path / f).unlink()
+    train_cell(spec(), data, tmp_path, threads=1, log=quiet, keep_weights=True)  # from the record
+    assert (tmp_path / "weights.pt").stat().st_mtime_ns == stamp
+    train_cell(spec(), data, tmp_path, threads=1, log=quiet, forced_run="r2")  # retrained, weights not asked
+    assert not (tmp_path / "weights.pt").exists()
+
+
+def test_a_forced_cell_starts_over_once_per_run(data, reference, tmp_path):
+    """A checkpoint of another run (or of none) is not resumed by a forced cell; the one that the
+    forced run's own earlier attempt wrote is (a preempted attempt's retry), and the cell ends
+    with an uninterrupted run's numbers."""
+    with pytest.raises(SystemExit):
+        train_cell(spec(), data, tmp_path, threads=1, log=quiet, stop_after_steps=20)  # not forced
+    logs = []
+    with pytest.raises(SystemExit):
+        train_cell(spec(), data, tmp_path, threads=1, log=logs.append, stop_after_steps=20, forced_run="r1")
+    assert any("forced by snakemake (run r1): the cell starts over; its checkpoint (epoch 1 batch 4) is not used"
+               in line for line in logs), logs
+    assert not resumed(logs)
+    logs = []
+    train_cell(spec(), data, tmp_path, threads=1, log=logs.append, forced_run="r1")  # the retry
+    assert any("resumed from checkpoint at epoch 1 batch 4" in line for line in logs), logs
+    assert_same_cell(tmp_path, reference)
+    logs = []
+    train_cell(spec(), data, tmp_path, threads=1, log=logs.append, forced_run="r2")  # a finished cell, forced again
+    assert not resumed(logs) and any("epoch 3/3" in line for line in logs), logs
+    assert_same_cell(tmp_path, reference)

@@ -390,8 +390,10 @@ TIMEOUT_SCALE = {  # one CPU cell of ~2 minutes, far past the 1-minute limit of 
 @pytest.fixture(scope="module")
 def timed_out(cluster, tmp_path_factory):
     """One long cell through the profile whose first attempt gets a 1-minute limit: Slurm ends it
-    with SIGTERM, the retry (10 minutes) must resume from the checkpoint. Started early, so that
-    it runs alongside the other runs."""
+    with SIGTERM, the retry (10 minutes) must resume from the checkpoint. Forced (--forcerun
+    train, issue 23): the job on the Slurm node reads what the run forces from the run's file,
+    starts over once, and its retry resumes. Started early, so that it runs alongside the other
+    runs."""
     import yaml
 
     wd = copy_workflow(tmp_path_factory.mktemp("timeout") / "wf")
@@ -404,7 +406,7 @@ def timed_out(cluster, tmp_path_factory):
                    cwd=wd, check=True, capture_output=True, timeout=300)
     cell = cell.path
     # the time limits of this scenario, and quicker status checks than the profile's (for speed)
-    cmd = SNAKEMAKE + ["--profile", "slurm", f"{cell}/result.json", "--sdm", "env-modules",
+    cmd = SNAKEMAKE + ["--profile", "slurm", f"{cell}/result.json", "--sdm", "env-modules", "--forcerun", "train",
                        "--set-resources", "train:runtime=1 if attempt == 1 else 10",
                        "--slurm-init-seconds-before-status-checks", "10"]
     with background(cmd, wd, {**cluster.env, "ARREPRO_SCALE": "tiny"}) as proc:
@@ -538,6 +540,7 @@ def test_a_cell_killed_at_its_time_limit_resumes_in_the_retry(cluster, timed_out
     train_log = (cell / "train.log").read_text()
     resumed = re.search(r"resumed from checkpoint at epoch (\d+) batch (\d+)", train_log)
     assert resumed and int(resumed[1]) + int(resumed[2]) > 0, train_log
+    assert len(re.findall(r"forced by snakemake \(run \S+\): the cell starts over", train_log)) == 1, train_log
     rows = [json.loads(x) for x in (cell / "metrics.jsonl").read_text().splitlines()]
     epochs = TIMEOUT_SCALE["recipes"]["long"]["epochs"]
     assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))

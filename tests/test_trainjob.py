@@ -123,6 +123,27 @@ def test_two_training_scripts_on_one_cell_the_second_is_refused(data, tmp_path):
     assert [m["epoch"] for m in rows] == [1, 2, 3, 4, 5]
 
 
+def test_the_run_file_forces_the_cells_it_names_and_keeps_their_weights_if_asked(data, tmp_path):
+    """--run-file (the train rule's; arrepro.runfile): a finished cell whose outputs the run
+    forces trains from scratch and, with keep_weights, keeps weights.pt; a damaged run file is
+    named, before anything is read or written. (Not forced: tests/test_resume.py.)"""
+    from arrepro import runfile
+
+    out = tmp_path / "cell"
+    train_cell(SPEC, data, out, threads=1, log=lambda s: None)
+    cmd = [sys.executable, str(ROOT / "scripts/train_cell.py"), "--cell-json", json.dumps(SPEC), "--data", str(data),
+           "--out", str(out), "--threads", "1", "--run-file", str(tmp_path / "run.json")]
+    runfile.write(runfile.new([], [out / "metrics.jsonl"], keep_weights=True), tmp_path / "run.json")
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "the cell starts over" in p.stdout and "resumed" not in p.stdout, p.stdout + p.stderr
+    assert (out / "weights.pt").is_file()
+    assert runfile.forces(runfile.read(tmp_path / "run.json"), "train", [f"{out}/./metrics.jsonl"])
+    assert not runfile.forces(runfile.new(["data"], [tmp_path / "other/result.json"], False), "train", [out / "result.json"])
+    (tmp_path / "run.json").write_text("{")
+    refused(subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300),
+            f"{tmp_path / 'run.json'}: cannot read this Snakemake run's file")
+
+
 @pytest.mark.parametrize("n", ["0", "-1"])
 def test_the_resource_plan_refuses_fewer_than_one_cell_per_gpu(n):
     p = subprocess.run([sys.executable, "-m", "arrepro.resources", "tiny", "--cells-per-gpu", n], env=ENV,

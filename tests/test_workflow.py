@@ -42,6 +42,7 @@ def search_reports(scale="tiny"):
 # tiny scale's fixed grid (fig2) and its learning-rate search (fig1)
 TARGETS = ["results/tiny/fig2.pdf", "results/tiny/fig1.pdf", "results/tiny/tables/cells.csv"]
 FIG1_REPORT = next(p for p in search_reports() if "/mqar-L8-" in p)
+NUMBERS = "results/tiny/paper/numbers.tex"
 
 
 def planned(wd: Path, *args, targets=TARGETS, config=()) -> dict[str, int]:
@@ -61,9 +62,9 @@ def edit_config(wd: Path, fn) -> None:
 
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    """A copy of the workflow whose tiny scale has run to the end."""
+    """A copy of the workflow whose tiny scale has run to the end (and made the paper's numbers)."""
     wd = copy_workflow(tmp_path_factory.mktemp("wf"))
-    smk(wd, "--cores", "2", *TARGETS, *search_reports(), "--config", "scale=tiny")
+    smk(wd, "--cores", "2", *TARGETS, *search_reports(), NUMBERS, "--config", "scale=tiny")
     assert planned(wd) == {}
     return wd
 
@@ -129,7 +130,7 @@ def test_editing_a_model_file_reruns_its_cells_only(wd):
 
 def move_lr_schedule(wd: Path) -> Path:
     """A refactor: ``lr_at`` (and the schedules it names) moved from train.py to a new module
-    that train.py imports, the module added to the cell's sources (arrepro.catalogue)."""
+    that train.py imports (the cell's sources follow the import: arrepro.catalogue)."""
     train = wd / "src/arrepro/train.py"
     text = train.read_text()
     start = text.index("SCHEDULE_STEPS = ")
@@ -141,8 +142,6 @@ def move_lr_schedule(wd: Path) -> Path:
     schedule = wd / "src/arrepro/schedule.py"
     schedule.write_text('"""Learning-rate schedules."""\nimport math\n\n' + moved)
     train.write_text(rest)
-    catalogue = wd / "src/arrepro/catalogue.py"
-    catalogue.write_text(catalogue.read_text().replace('f"{pkg}/train.py", ', 'f"{pkg}/train.py", f"{pkg}/schedule.py", ', 1))
     return schedule
 
 
@@ -168,6 +167,32 @@ def test_editing_plotting_code_reruns_only_the_figures(wd):
     with open(wd / "src/arrepro/plots.py", "a") as f:
         f.write(CODE_EDIT)
     assert planned(wd) == {"figure": 2}  # fig1 and fig2
+
+
+def rerun_on_their_own(wd: Path, rules) -> set[str]:
+    """Which of ``rules`` a dry run plans when only they may run (--allowed-rules: no job of
+    another rule reruns, so none of theirs reruns because an upstream job does)."""
+    return set(planned(wd, "--allowed-rules", *rules, targets=[*TARGETS, NUMBERS])) & set(rules)
+
+
+# issue 23: modules the hand-kept lists missed (tex.py: the paper's numbers; cellfiles.py: the
+# search's rounds; rounds.py: the aggregation)
+@pytest.mark.parametrize("module, importer", [("src/arrepro/tex.py", "paper_numbers"),
+                                              ("src/arrepro/cellfiles.py", "search_round"),
+                                              ("src/arrepro/rounds.py", "aggregate")])
+def test_a_code_edit_reruns_the_rules_that_import_it(wd, module, importer):
+    """A code edit of a module reruns a rule whose script imports it, and no rule whose script
+    does not (each rule judged on its own params; which script imports what: an independent
+    trace, tests/test_rule_sources.py)."""
+    from test_rule_sources import dynamic_modules, rule_scripts, traced
+
+    with open(wd / module, "a") as f:
+        f.write(CODE_EDIT)
+    uses = {r: traced(ROOT, s, *(dynamic_modules("attention") if r == "train" else ())) for r, s in rule_scripts().items()}
+    others = sorted(r for r, files in uses.items() if module not in files)
+    assert module in uses[importer]
+    assert rerun_on_their_own(wd, [importer]) == {importer}
+    assert rerun_on_their_own(wd, others) == set(), others
 
 
 def test_editing_an_unused_mixer_reruns_nothing(wd):
@@ -254,20 +279,54 @@ def test_an_unreadable_result_is_named_in_the_error_and_the_log(wd):
     assert rel in (wd / "results/tiny/logs/searches/cells_10min-fig2-round1.log").read_text()
 
 
-def test_a_rerun_cell_appends_to_its_train_log(wd):
+def interrupt(wd: Path, grid, cell) -> None:
+    """Leave ``cell`` as a training job stopped after its first step leaves it: a checkpoint of
+    that step (its fingerprint: this cell, data and code), beside its old result."""
+    from arrepro.train import train_cell
+
+    spec = grid.cell_spec(cell.task, cell.model, cell.width, cell.layers, cell.recipe, cell.lr, cell.seed)
+    (wd / cell.path / "checkpoint.pt").unlink(missing_ok=True)
+    with pytest.raises(SystemExit):
+        train_cell(spec, wd / "results/data" / cell.task, wd / cell.path, threads=1, log=lambda s: None,
+                   stop_after_steps=1)
+
+
+def test_a_forced_run_retrains_every_cell_of_every_round(wd):
+    """Issue 23: `--forcerun train` started over only the cells known when the DAG was first built
+    (round 0): the cells the search's later rounds added resumed their checkpoints ("resumed from
+    checkpoint at epoch 3 batch 0") and kept their old numbers. Here each later-round cell holds
+    the checkpoint of an interrupted attempt: every cell trains from scratch, the run says how
+    many, and each train.log keeps its earlier lines."""
+    from arrepro.grid import Grid
+    from arrepro.rounds import Searches, plan_path, plan_rounds, read_plan, search_cells
+
+    grid = Grid(yaml.safe_load((wd / "config.yaml").read_text()), "tiny")
+    searches = Searches(grid)
+    cells = {}  # every cell of every round, from the searches' last plans
+    for s in searches.searches.values():
+        plan = read_plan(wd / plan_path(grid.out, s.group, searches.final_round(s.group)))
+        cells.update({c.path: c for c in search_cells(s, plan_rounds(plan, s.key))})
+    later = sorted(set(cells) - {c.path for c in searches.round0_cells()})
+    assert len(later) >= 2, later  # the search's refining rounds
+    for path in later:
+        interrupt(wd, grid, cells[path])
     logs = sorted(wd.glob("results/cells/**/train.log"))
+    assert len(logs) == len(cells)
     for log in logs:
         log.write_text("an earlier attempt's line\n" + log.read_text())
-    smk(wd, "--cores", "1", "--forcerun", "train", *TARGETS, "--config", "scale=tiny")
-    for log in logs:
-        text = log.read_text()
+    p = smk(wd, "--cores", "1", "--forcerun", "train", *TARGETS, "--config", "scale=tiny")
+    for path in sorted(cells):
+        job = (wd / path / "job.log").read_text()
+        assert "resumed from checkpoint" not in job and "epoch 1/" in job, f"{path}:\n{job}"
+        text = (wd / path / "train.log").read_text()
         assert text.startswith("an earlier attempt's line\n") and text.count("epoch") >= 2, text
+    assert f"{len(cells)} forced cell(s) trained from scratch" in p.stderr, p.stderr[-3000:]
 
 
 # `all` rebuilds what is missing (Snakemake alone reruns a job with missing outputs only when a
-# job that needs them must run anyway). The finished fixture never built the paper: `all` plans
-# paper_numbers, paper and itself in any case.
-PAPER = {"paper_numbers": 1, "paper": 1, "all": 1}
+# job that needs them must run anyway). The finished fixture never built the paper (only its
+# numbers): `all` plans paper and itself in any case, and paper_numbers after any aggregate job.
+PAPER = {"paper": 1, "all": 1}
 
 
 def test_all_rebuilds_a_deleted_result(wd):
@@ -276,7 +335,7 @@ def test_all_rebuilds_a_deleted_result(wd):
     # fig2's cell, and the round of fig2's group only (a fixed grid on every seed: one round, its
     # last; fig1's search is not redone)
     assert planned(wd, targets=["all"]) == {**PAPER, "train": 1, "search_round": 1, "search_reports": 1, "aggregate": 1,
-                                            "figure": 1, "cells_table": 1}
+                                            "figure": 1, "cells_table": 1, "paper_numbers": 1}
 
 
 def test_all_rebuilds_tables_a_failed_aggregate_deleted(wd):
@@ -295,7 +354,7 @@ def test_all_rebuilds_tables_a_failed_aggregate_deleted(wd):
     assert not (wd / "results/tiny/tables/fig2_cells.csv").exists()  # Snakemake deleted the failed job's outputs
     result.write_text(good)
     os.utime(result, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1}
+    assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1, "paper_numbers": 1}
 
 
 def test_scales_keep_their_outputs_apart(done):
@@ -311,7 +370,7 @@ def test_scales_keep_their_outputs_apart(done):
 
 def test_all_rebuilds_a_deleted_table(wd):
     (wd / "results/tiny/tables/fig2_best.csv").unlink()
-    assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1}
+    assert planned(wd, targets=["all"]) == {**PAPER, "aggregate": 1, "figure": 1, "cells_table": 1, "paper_numbers": 1}
 
 
 # --------------------------------------------------------------------------- the learning-rate search

@@ -1,7 +1,8 @@
 """What code defines what, read without importing torch (the Snakefile and the config checks
 use it): the sequence mixers on disk, each mixer's constructor arguments and declared
-requirements (read with ``ast``), and the source files that define a cell of a mixer and a
-dataset (whose code digests decide reruns and checkpoints)."""
+requirements (read with ``ast``), and the source files of each rule (its script and the modules
+of this package the script imports: ``script_sources``), of a cell of a mixer and of a dataset,
+whose code digests decide reruns and checkpoints."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,8 @@ import functools
 import os
 import re
 from pathlib import Path
+
+from .digest import PACKAGE, imports
 
 ROOT = Path(__file__).resolve().parents[2]
 MIXERS_DIR = Path(__file__).resolve().parent / "models" / "mixers"
@@ -24,50 +27,105 @@ def mixer_names() -> set[str] | None:
     return {f[:-3] for f in os.listdir(MIXERS_DIR) if f.endswith(".py") and not f.startswith("_")}
 
 
-# The sources of the data job (relative to the repository root): a checkpoint records their digest.
-DATA_SOURCES = ("src/arrepro/data/__init__.py", "src/arrepro/data/mqar.py", "src/arrepro/data/copying.py",
-                "scripts/make_data.py")
+# ------------------------------------------------------------------------------ a rule's sources
+# The package's modules live in src/arrepro of the repository; rules run scripts under scripts/.
+PACKAGE_DIR = f"src/{PACKAGE}"
+TRAIN_SCRIPT = "scripts/train_cell.py"
+DATA_SCRIPT = "scripts/make_data.py"
+
+
+def script_sources(script: str, root: str | Path = ".") -> list[str]:
+    """The files whose code a rule running ``script`` (relative to the repository ``root``)
+    depends on: the script and every module of this package it imports, at the top of a file or
+    inside a function, directly or through another module of the package, with the package
+    ``__init__`` files that importing them runs (read with ``ast``; nothing is imported). Rules
+    record the code digest of these files as a param (Snakemake does not track imported modules),
+    so a code edit of a module reruns exactly the rules whose scripts import it."""
+    return list(_sources(str(root), ((script, None),)))
+
+
+def _module_file(root: str, module: str) -> str | None:
+    """The file (relative to ``root``) of one of this package's modules, None if there is none
+    (``arrepro.files.job_log`` names a function, not a module)."""
+    rel = PACKAGE_DIR + "".join(f"/{p}" for p in module.split(".")[1:])
+    for f in (f"{rel}.py", f"{rel}/__init__.py"):
+        if os.path.isfile(os.path.join(root, f)):
+            return f
+    return None
+
+
+def _imported(root: str, rel: str, module: str | None) -> set[str]:
+    """This package's modules (dotted names, and names that may be modules) that the file
+    ``rel`` imports anywhere (``digest.imports``); ``module``: its own dotted name (None for a
+    script)."""
+    package = module if rel.endswith("__init__.py") else (module or "").rpartition(".")[0]
+    names: set[str] = set()
+    for level, base, imported in imports(os.path.join(root, rel)):
+        if level:  # relative: from the file's own package
+            parts = package.split(".") if package else []
+            if level - 1 >= len(parts):
+                continue
+            base = ".".join(parts[:len(parts) - level + 1] + ([base] if base else []))
+        names.add(base)
+        names.update(f"{base}.{n}" for n in imported)  # `from arrepro import files`: a module
+    return {n for n in names if n == PACKAGE or n.startswith(PACKAGE + ".")}
+
+
+def _sources(root: str, starts: tuple[tuple[str, str | None], ...]) -> tuple[str, ...]:
+    """The files ``starts`` (file, its dotted module name or None) are and transitively import."""
+    files: dict[str, str | None] = {}
+    seen: set[str] = set()  # dotted names looked up
+    todo = list(starts)
+    while todo:
+        rel, module = todo.pop()
+        if rel in files:
+            continue
+        files[rel] = module
+        for name in _imported(root, rel, module) | ({module} if module else set()):  # a start's packages too
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ first
+                dotted = ".".join(parts[:i])
+                if dotted not in seen:
+                    seen.add(dotted)
+                    f = _module_file(root, dotted)
+                    if f is not None:
+                        todo.append((f, dotted))
+    return tuple(sorted(files))
+
+
+def data_sources(root: str | Path = ".") -> list[str]:
+    """The sources of the data job (relative to the repository root): its script and what it
+    imports. A checkpoint records their digest."""
+    return script_sources(DATA_SCRIPT, root)
 
 
 def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
     """Source files (relative to the repository root) that shape a cell of this mixer: the one
-    definition of a cell's code. The train rule records their code digest as a param (Snakemake
-    does not track imported modules) and a checkpoint records it in its fingerprint: a checkpoint
-    is resumed only if they are unchanged, so every code edit that makes Snakemake rerun a cell
-    also makes it start over. The rule's script (scripts/train_cell.py) is one of them. A mixer
-    file that imports a sibling mixer (``from .deltanet import ...``) depends on that file too."""
+    definition of a cell's code. The train rule records their code digest as a param and a
+    checkpoint records it in its fingerprint: a checkpoint is resumed only if they are unchanged,
+    so every code edit that makes Snakemake rerun a cell also makes it start over.
+
+    What the rule's script (scripts/train_cell.py) imports (``script_sources``), and the two
+    modules that the package imports by name rather than by an import statement: the mixer's own
+    file (``models.registry.get_mixer``), with what it imports (a sibling mixer's base class,
+    ...), and the fused CPU kernel a mixer file names (``cpu_kernel_name = "k"``:
+    models/cpu_kernels/k.py, loaded by ``models.kernels``), with what that imports."""
     return list(_train_sources(mixer, str(root)))
 
 
-@functools.lru_cache(maxsize=None)
 def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
-    pkg = "src/arrepro"
-    files = ["scripts/train_cell.py", f"{pkg}/trainjob.py", f"{pkg}/train.py", f"{pkg}/checkpoint.py", f"{pkg}/defaults.py", f"{pkg}/numerics.py", f"{pkg}/cellfiles.py",
-             f"{pkg}/constraints.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py", f"{pkg}/models/registry.py",
-             f"{pkg}/models/kernels.py"]
-    todo, seen = [mixer], []
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.append(name)
-        path = Path(root) / pkg / "models" / "mixers" / f"{name}.py"
-        if path.exists():
-            text = path.read_text()
-            todo += re.findall(r"^from \.(\w+) import", text, re.M)
-            files += _cpu_kernel_sources(text, Path(root), pkg)
-    return tuple(dict.fromkeys(files + [f"{pkg}/models/mixers/{m}.py" for m in seen]))
-
-
-def _cpu_kernel_sources(mixer_text: str, root: Path, pkg: str) -> list[str]:
-    """The fused CPU kernel a mixer names (``cpu_kernel_name = "k"``: models/cpu_kernels/k.py) and
-    the sibling modules that file imports (``from .common import``)."""
-    out = []
-    for name in re.findall(r'^\s*cpu_kernel_name = "(\w+)"', mixer_text, re.M):
-        path = root / pkg / "models" / "cpu_kernels" / f"{name}.py"
-        deps = re.findall(r"^from \.(\w+) import", path.read_text(), re.M) if path.exists() else []
-        out += [f"{pkg}/models/cpu_kernels/{m}.py" for m in [name, *deps, "__init__"]]
-    return out
+    module = f"{PACKAGE}.models.mixers.{mixer}"
+    starts = [(TRAIN_SCRIPT, None)]
+    path = _module_file(root, module)
+    if path is not None:
+        starts.append((path, module))
+        for f in _sources(root, ((path, module),)):  # a kernel named by any mixer file it imports
+            if f.startswith(f"{PACKAGE_DIR}/models/mixers/"):
+                for name in re.findall(r'^\s*cpu_kernel_name = "(\w+)"', (Path(root) / f).read_text(), re.M):
+                    kernel = f"{PACKAGE}.models.cpu_kernels.{name}"
+                    if _module_file(root, kernel) is not None:
+                        starts.append((_module_file(root, kernel), kernel))
+    return _sources(root, tuple(starts))
 
 
 NO_DEFAULT = object()  # a constructor argument without a literal default

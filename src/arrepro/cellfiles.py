@@ -3,8 +3,10 @@ Python, no torch: the Snakefile and the aggregation import it).
 
 A cell's folder (``arrepro.grid.CELL_PATTERN``) holds ``metrics.jsonl`` (one line per epoch),
 ``result.json`` (written last: the cell is finished iff it exists), ``checkpoint.pt`` (its own
-sha256 in its header; train.py), ``train.log`` (every attempt's progress), ``job.log`` (the last
-attempt's) and ``train.lock``.
+sha256 in its header; train.py: while the cell trains, the model and optimiser state; once it is
+finished, only the record that rebuilds its two outputs, a few KB), ``weights.pt`` (the final
+weights, with the config's ``keep_weights``), ``train.log`` (every attempt's progress),
+``job.log`` (the last attempt's) and ``train.lock``.
 
 **Outputs that agree.** ``result.json`` carries the sha256 of ``metrics.jsonl``'s bytes
 (``metrics_sha256``) and of its own content (``sha256``: the canonical JSON of every other key),
@@ -25,9 +27,7 @@ with the ``flock`` mount option (``localflock`` makes them per node: two nodes c
 one cell at once) and refuses them without it. Where the file system refuses locks, training
 goes on unlocked and its log says so.
 
-**A forced job starts over.** ``start_over`` removes a cell's checkpoint (when no live trainer
-holds the cell): the workflow calls it for train jobs the user forced (``--forcerun``,
-``--forceall``), before any job runs (workflow/rules/train.smk).
+A forced job starts over (``--forcerun``, ``--forceall``): arrepro.runfile.
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ from .files import UnreadableFile
 from .grid import CELL_PATTERN, fmt_lr
 
 CHECKPOINT = "checkpoint.pt"
+WEIGHTS = "weights.pt"
 RESULT = "result.json"
 METRICS = "metrics.jsonl"
 LOCK = "train.lock"
@@ -180,21 +181,3 @@ class CellLock:
         if self.fd is not None:
             os.close(self.fd)  # releases the lock
             self.fd = None
-
-
-# ------------------------------------------------------------------------------ a forced job starts over
-def start_over(cell_dir, why: str) -> bool:
-    """Remove the cell's checkpoint so that its next job trains from scratch, and say ``why`` in
-    its train.log; False if it had none. CellBusy if a live process trains the cell."""
-    cell = Path(cell_dir)
-    ckpt = cell / CHECKPOINT
-    if not ckpt.exists():
-        return False
-    with CellLock(cell):
-        ckpt.unlink(missing_ok=True)
-    try:
-        with open(cell / TRAIN_LOG, "a") as f:
-            f.write(f"{why}: checkpoint removed, the cell starts over\n")
-    except OSError:
-        pass
-    return True

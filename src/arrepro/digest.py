@@ -25,14 +25,38 @@ from pathlib import Path
 PACKAGE = "arrepro"
 
 
-def _strip_docstrings(tree: ast.AST) -> ast.AST:
-    for node in ast.walk(tree):
+# the fields of a statement that hold statements (a function's, a class's or a block's body, ...)
+BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _all_statements(tree: ast.Module):
+    """Every statement of a module, in functions, classes and blocks too (expressions hold none)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for field in BLOCKS:
+            todo.extend(getattr(node, field, ()))
+
+
+def _strip_docstrings(tree: ast.Module) -> ast.Module:
+    for node in _all_statements(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                     and isinstance(body[0].value.value, str):
                 node.body = body[1:] or [ast.Pass()]
     return tree
+
+
+def _imports(tree: ast.Module) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    out = []
+    for node in _all_statements(tree):
+        if isinstance(node, ast.Import):
+            out += [(0, a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.level, node.module or "", tuple(a.name for a in node.names)))
+    return tuple(out)
 
 
 def _internal_import(node: ast.stmt) -> bool:
@@ -59,23 +83,29 @@ def statements(path: str | Path) -> list[tuple[str, str]]:
     """(key, code) of each top-level statement of a Python file (docstrings, comments and
     formatting gone; imports of this package left out); a file that is not Python, or not valid
     Python, is one entry of its bytes."""
+    return _read(path)[0]
+
+
+def _read(path: str | Path) -> tuple[list[tuple[str, str]], tuple]:
+    """``statements`` and ``imports`` of a file, from one parse."""
     data = Path(path).read_bytes()
     if str(path).endswith(".py"):
         try:
-            tree = _strip_docstrings(ast.parse(data, filename=str(path)))
+            tree = ast.parse(data, filename=str(path))
         except SyntaxError:  # not valid Python: a change to any byte counts
             tree = None
         if tree is not None:
+            found = _imports(tree)
             out, seen = [], {}
-            for node in tree.body:
+            for node in _strip_docstrings(tree).body:
                 if _internal_import(node) or isinstance(node, ast.Pass):
                     continue
                 text = ast.unparse(node)
                 key = _key(node, text)
                 seen[key] = seen.get(key, 0) + 1  # a name bound twice in a file: the order counts
                 out.append((key if seen[key] == 1 else f"{key}#{seen[key]}", text))
-            return out
-    return [(f"file {Path(path).name}", hashlib.sha1(data).hexdigest())]
+            return out, found
+    return [(f"file {Path(path).name}", hashlib.sha1(data).hexdigest())], ()
 
 
 def normalised_source(path: str | Path) -> bytes:
@@ -84,13 +114,24 @@ def normalised_source(path: str | Path) -> bytes:
 
 
 @functools.lru_cache(maxsize=None)
-def _statements(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
-    return tuple(statements(path))
+def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[tuple[str, str], ...], tuple]:
+    found, imported = _read(path)
+    return tuple(found), imported
 
 
 def _cached(path: Path) -> tuple[tuple[str, str], ...]:
     st = os.stat(path)
-    return _statements(str(path), st.st_mtime_ns, st.st_size)
+    return _parsed(str(path), st.st_mtime_ns, st.st_size)[0]
+
+
+def imports(path: str | Path) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    """Every import statement of a Python file, at the top or in a function, class or block:
+    (level, module, names); ``import a.b`` is (0, "a.b", ()), ``from ..x import y, z`` is
+    (2, "x", ("y", "z")); none for a file that is not valid Python. From the parse that its
+    ``statements`` come from (memoised on the file's path, mtime and size): arrepro.catalogue
+    follows them to a rule's sources."""
+    st = os.stat(path)
+    return _parsed(str(path), st.st_mtime_ns, st.st_size)[1]
 
 
 def file_digest(path: str | Path) -> str:

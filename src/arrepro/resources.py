@@ -457,6 +457,38 @@ def protocol_plan(grid, cells_per_gpu: int = 1, protocol: str | None = None) -> 
             "ratio_gpu_hours_to_fixed_grid": est_max / max(fixed["estimated_gpu_hours"], 1e-9)}
 
 
+# ------------------------------------------------------------------------------ disk
+# A cell's files besides its model: result.json, train.lock and the finished cell's record
+# (checkpoint.pt once sealed), and per epoch a line of metrics.jsonl, of train.log and job.log and
+# of the record: measured on the tiny scale (5.2 KB and 520 B), rounded up. A retry's log lines
+# come on top.
+CELL_FILE_BYTES = 8_000
+EPOCH_FILE_BYTES = 600
+CHECKPOINT_BYTES_PER_PARAMETER = 12  # fp32 weights and AdamW's two moments
+WEIGHTS_BYTES_PER_PARAMETER = 4  # weights.pt: the fp32 weights (keep_weights)
+
+
+def disk_plan(grid, in_flight: int, protocol: str | None = None) -> dict:
+    """The most disk the learning-rate protocol's cells take, in bytes, when every search spends
+    its whole round budget: their files (``files``); the checkpoints of the ``in_flight`` largest
+    cells training at once, each twice while it is rewritten (``checkpoints``: a cell's model
+    and optimiser state is replaced by a record of a few KB once its result is sealed); every
+    cell's final weights (``weights``: only with the config's keep_weights)."""
+    from .rounds import Searches
+
+    files = weights = 0
+    sizes = []
+    for s in Searches(grid, protocol).searches.values():
+        st = s.setting
+        spec = grid.cell_spec(st.task, st.model, st.width, st.layers, st.recipe, "1e-3", 0)
+        n, p = s.spec.max_cells(), parameters(spec)
+        files += n * (CELL_FILE_BYTES + EPOCH_FILE_BYTES * int(spec["recipe_def"]["epochs"]))
+        weights += n * p * WEIGHTS_BYTES_PER_PARAMETER
+        sizes += [2 * p * CHECKPOINT_BYTES_PER_PARAMETER] * min(n, in_flight)
+    checkpoints = sum(sorted(sizes, reverse=True)[:in_flight])
+    return {"files": files, "checkpoints": checkpoints, "weights": weights, "in_flight": in_flight}
+
+
 def searches_cells_round0(search) -> list:
     from .rounds import search_cells, start_round
 
@@ -471,6 +503,15 @@ def _at_least_one(text: str) -> int:
         return cells_per_gpu_of({"cells_per_gpu": int(text)})
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text} is not a whole number >= 1") from None
+
+
+def disk_line(d: dict, keep_weights: bool) -> str:
+    """``disk_plan``'s report line: the most disk the plan needs, with its parts."""
+    total = d["files"] + d["checkpoints"] + (d["weights"] if keep_weights else 0)
+    kept = "kept" if keep_weights else "not kept (keep_weights: false)"
+    return (f"disk at most (every round budget spent): {_size(total / 1e6)} = the cells' files {_size(d['files'] / 1e6)}"
+            f" + the checkpoints of the {d['in_flight']} largest cells training at once {_size(d['checkpoints'] / 1e6)}"
+            f" + final weights {_size(d['weights'] / 1e6)}, {kept}")
 
 
 def _main(argv=None) -> None:  # pragma: no cover - a report for people
@@ -493,8 +534,13 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
     ap.add_argument("--json", action="store_true", help="the protocol's plan as one JSON object (1 cell per GPU)")
     ap.add_argument("--cells-per-gpu", type=_at_least_one, default=4, metavar="N",
                     help="also plan N grouped cells sharing a GPU (the profile's CELLS_PER_GPU; default 4)")
+    ap.add_argument("--in-flight", type=_at_least_one, default=200, metavar="N",
+                    help="cells training at once, for the disk their checkpoints take (default 200: the Slurm "
+                         "profile's jobs)")
+    ap.add_argument("--keep-weights", action="store_true", help="count every cell's final weights (config keep_weights)")
     a = ap.parse_args(argv)
-    grid = load_grid(yaml.safe_load(Path(a.config).read_text()), a.scale)
+    cfg = yaml.safe_load(Path(a.config).read_text())
+    grid = load_grid(cfg, a.scale)
     if a.json:
         print(json.dumps(protocol_plan(grid, 1, a.protocol), indent=1))
         return
@@ -534,6 +580,7 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
               f"({p['cells_by_group']}); {p['requested_hours']:.0f} hours requested ({p['gpu_hours']:.0f} GPU-hours); "
               f"estimated use {p['estimated_gpu_hours']:.0f} GPU-hours{mps}; of these, the grouped (small) cells "
               f"{p['grouped_gpu_hours']:.0f}{mps_small}")
+    print(disk_line(disk_plan(grid, a.in_flight, a.protocol), a.keep_weights or cfg.get("keep_weights", False)))
     print("All estimates, none measured (no GPU here): the wall-time model of src/arrepro/resources.py (GPU constants "
           "for one A100/H100-class GPU, calibrated to the paper's '10 minutes to 18 hours' per run; requests add its "
           f"safety factor); with N > 1 also its sharing model (time slicing, or MPS; SHARE_SLOWDOWN = {SHARE_SLOWDOWN}).")

@@ -14,8 +14,14 @@ matches: the cell spec, the bytes of the task's data files, and the code (commen
 aside) that trains the cell and that generated its data; so new data, an edited model or
 ``--forcerun`` never resume a stale run.
 ``result.json`` is written last, atomically: its presence means the cell is finished; it carries
-the checksums of itself and of ``metrics.jsonl`` (``arrepro.cellfiles``, which reads them back). A
-write that fails (a full disk: "no space left on <path>") leaves no ``.tmp`` file behind.
+the checksums of itself and of ``metrics.jsonl`` (``arrepro.cellfiles``, which reads them back).
+Just before it, the checkpoint becomes the finished cell's record: its fingerprint and training
+state, without the model and optimiser state (a few KB instead of 12 bytes a parameter), enough to
+rebuild a deleted result.json and metrics.jsonl without training; with ``keep_weights`` the final
+weights stay beside it (``weights.pt``: the model's ``state_dict``, for ``torch.load``). A forced
+cell (``forced_run``: the id of the Snakemake run that forces it, arrepro.runfile) does not resume
+a checkpoint of another run. A write that fails (a full disk: "no space left on <path>") leaves
+no ``.tmp`` file behind.
 One process at a time trains a cell (``cellfiles.CellLock``); the spec is checked before anything
 is read (``check_spec``: ``epochs: 0`` would otherwise write a finished result of accuracy 0).
 A diverging run (non-finite loss) stops and is recorded as diverged; it is a result, not a crash.
@@ -37,11 +43,11 @@ import numpy as np
 import torch
 
 from . import checkpoint, defaults, numerics
-from .cellfiles import CHECKPOINT, METRICS, RESULT, CellBusy, CellLock, metrics_text, seal
+from .cellfiles import CHECKPOINT, METRICS, RESULT, WEIGHTS, CellBusy, CellLock, metrics_text, seal
 from .checkpoint import CorruptCheckpoint
 from .digest import file_digest, source_digest
-from .files import write_json_atomic, write_text_atomic
-from .catalogue import DATA_SOURCES, train_sources
+from .files import atomic_write, write_json_atomic, write_text_atomic
+from .catalogue import data_sources, train_sources
 from .models import LanguageModel
 from .models.kernels import describe_paths, kernels_enabled, paths_used
 
@@ -195,7 +201,7 @@ def fingerprint(spec: dict, data_dir: str | Path) -> str:
         "spec": spec,
         "data": data,
         "train_code": source_digest(train_sources(spec["model_def"]["mixer"], repo), repo),
-        "data_code": source_digest(DATA_SOURCES, repo),
+        "data_code": source_digest(data_sources(repo), repo),
     }
     return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -262,11 +268,15 @@ def pick_device(requested: str, where: str = "device") -> torch.device:
 
 
 def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: int | None = None,
-               log=print, stop_after_steps: int | None = None) -> dict:
+               log=print, stop_after_steps: int | None = None, forced_run: str | None = None,
+               keep_weights: bool = False) -> dict:
     """Train (or resume) one cell; write metrics.jsonl and result.json under ``out_dir``. The spec
     is checked first (``check_spec``); the cell is trained by one process at a time (``CellLock``:
     a second one is a TrainError naming the first).
 
+    ``forced_run``: the id of the Snakemake run that forces this cell: a checkpoint that another
+    run wrote is not resumed (one this run wrote, by an earlier attempt, is). ``keep_weights``:
+    the finished cell keeps its final weights (``weights.pt``).
     ``stop_after_steps`` simulates a preemption after that many optimiser steps (tests)."""
     check_spec(spec)
     out = Path(out_dir)
@@ -275,7 +285,7 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         with CellLock(out) as lock:
             if lock.unsupported:
                 log(f"warning: {lock.unsupported}")
-            return _train_cell(spec, data_dir, out, threads, log, stop_after_steps)
+            return _train_cell(spec, data_dir, out, threads, log, stop_after_steps, forced_run, keep_weights)
     except CellBusy as e:
         raise TrainError(str(e)) from None
 
@@ -315,6 +325,9 @@ class Run:
     tag: str
     numbers: dict  # the numerics this process runs at (arrepro.numerics.settle)
     steps_run: int = 0  # by this process (stop_after_steps, the first step's kernel report)
+    forced_run: str | None = None  # the Snakemake run that forces the cell (arrepro.runfile)
+    keep_weights: bool = False
+    from_record: bool = False  # resumed from a finished cell's record: the model was neither loaded nor trained
 
     @property
     def epochs(self) -> int:
@@ -331,10 +344,11 @@ class Run:
 
 
 def _train_cell(spec: dict, data_dir: str | Path, out: Path, threads: int | None, log,
-                stop_after_steps: int | None) -> dict:
+                stop_after_steps: int | None, forced_run: str | None, keep_weights: bool) -> dict:
     """The loop: set up, resume, then train and evaluate epoch by epoch (a checkpoint after
     each); SIGTERM and SIGINT end the step in progress, checkpoint and exit (``Preempted``)."""
     run = _setup(spec, data_dir, out, threads, log)
+    run.forced_run, run.keep_weights = forced_run, keep_weights
     st = _resume(run)
     with _stop_signals() as stop:
         while st.epoch < run.epochs and not st.done:
@@ -367,7 +381,8 @@ def _setup(spec: dict, data_dir, out: Path, threads: int | None, log) -> Run:
 
 
 def _resume(run: Run) -> TrainState:
-    """The checkpoint's state if it is this cell's (same spec, data and code), else a new one."""
+    """The checkpoint's state if it is this cell's (same spec, data and code) and, for a forced
+    cell, written in the run that forces it; else a new one."""
     st, path, log = TrainState(), run.out / CHECKPOINT, run.log
     ck = None
     if path.exists():
@@ -375,17 +390,25 @@ def _resume(run: Run) -> TrainState:
             ck = checkpoint.load(path, run.device)
         except (CorruptCheckpoint, OSError) as e:
             log(f"checkpoint {path} is corrupt ({e}): starting the cell over")
-    if ck is not None:
-        if isinstance(ck, dict) and ck.get("fingerprint") == run.fingerprint:
-            run.model.load_state_dict(ck["model"])
-            run.opt.load_state_dict(ck["optimizer"])
-            torch.set_rng_state(ck["torch_rng"])
-            if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state(ck["cuda_rng"])
-            st = TrainState(**ck["state"])
-            log(f"resumed from checkpoint at epoch {st.epoch} batch {st.batch}")
-        else:
-            log("checkpoint fingerprint differs from this cell, data and code: starting afresh")
+    mine = isinstance(ck, dict) and ck.get("fingerprint") == run.fingerprint
+    if ck is not None and not mine:
+        log("checkpoint fingerprint differs from this cell, data and code: starting afresh")
+    if run.forced_run and not (mine and ck.get("forced_run") == run.forced_run):
+        used = f"; its checkpoint (epoch {ck['state']['epoch']} batch {ck['state']['batch']}) is not used" if mine else ""
+        log(f"forced by snakemake (run {run.forced_run}): the cell starts over{used}")
+    elif mine and "model" not in ck:  # the finished cell's record (_finish): nothing left to train
+        st = TrainState(**ck["state"])
+        run.from_record = True
+        log(f"resumed from checkpoint at epoch {st.epoch} batch {st.batch} (the finished cell's record: "
+            "its files are rebuilt without training)")
+    elif mine:
+        run.model.load_state_dict(ck["model"])
+        run.opt.load_state_dict(ck["optimizer"])
+        torch.set_rng_state(ck["torch_rng"])
+        if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(ck["cuda_rng"])
+        st = TrainState(**ck["state"])
+        log(f"resumed from checkpoint at epoch {st.epoch} batch {st.batch}")
     log(f"[{run.tag}] {run.model.num_parameters():,} parameters, {run.epochs} epochs x {run.steps_per_epoch} steps, "
         f"device {run.device}")
     st.numerics = numerics.merge(st.numerics, run.numbers)
@@ -398,7 +421,23 @@ def _save(run: Run, st: TrainState) -> None:
     checkpoint.save(run.out / CHECKPOINT, {
         "fingerprint": run.fingerprint, "model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
         "torch_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state() if on_cuda else None,
-        "state": dataclasses.asdict(st)})
+        "state": dataclasses.asdict(st), "forced_run": run.forced_run})
+
+
+def _seal_checkpoint(run: Run, st: TrainState) -> None:
+    """The checkpoint of a finished cell becomes its record (its fingerprint and training state,
+    no model nor optimiser state: a few KB), and its final weights are kept (``weights.pt``) if
+    asked, else none stay from an earlier training. Weights of a cell rebuilt from its record
+    (``from_record``: its model was not trained here) are left as they are."""
+    if not run.from_record:
+        weights = run.out / WEIGHTS
+        if run.keep_weights:
+            state = {k: v.detach().cpu() for k, v in run.model.state_dict().items()}
+            atomic_write(weights, lambda tmp: torch.save(state, tmp))
+        else:
+            weights.unlink(missing_ok=True)
+    checkpoint.save(run.out / CHECKPOINT, {"fingerprint": run.fingerprint, "state": dataclasses.asdict(st),
+                                           "forced_run": run.forced_run})
 
 
 def _write_metrics(run: Run, st: TrainState) -> None:
@@ -488,6 +527,7 @@ def _finish(run: Run, st: TrainState) -> dict:
         "kernel_paths": paths_used(run.model, st.kernel_paths), "cell": spec,
     }
     result = seal(result, metrics_text(st.metrics))  # last: the checksums cover every key
+    _seal_checkpoint(run, st)
     write_json_atomic(run.out / RESULT, result)
     return result
 

@@ -1,7 +1,7 @@
 """The command line of a training job (scripts/train_cell.py): one cell, its logs, its errors.
 
     train_cell.py --cell-json '{...}' --data DIR --out DIR [--threads N]
-                  [--train-log FILE] [--die-with-parent]
+                  [--train-log FILE] [--die-with-parent] [--run-file FILE]
 
 Every progress line goes to standard output (the train rule sends it to the job's ``job.log``)
 and, with ``--train-log``, is appended to the cell's ``train.log`` (every attempt's history), by
@@ -20,6 +20,11 @@ next run's jobs. On a cluster the parent is the Snakemake inside the Slurm job, 
 submitted it: a submitting process that dies (a closed login session) leaves its Slurm jobs
 running, as it should. Not on by default: a trainer started by hand (``nohup ... &``) keeps
 running when its shell exits.
+
+``--run-file`` (the train rule's): the file in which the Snakemake run says which cells it forces
+and whether cells keep their final weights (arrepro.runfile). A forced cell trains from scratch,
+once per run (a retry resumes the forced attempt's checkpoint). Without it, nothing is forced and
+no weights are kept.
 """
 from __future__ import annotations
 
@@ -96,12 +101,22 @@ def main(argv=None) -> None:
     ap.add_argument("--train-log", default=None, help="also append every line to this file")
     ap.add_argument("--die-with-parent", action="store_true",
                     help="stop (SIGTERM: checkpoint and exit) when the parent process dies (Linux)")
+    ap.add_argument("--run-file", default=None,
+                    help="the Snakemake run's file: whether it forces this cell, whether to keep its weights")
     a = ap.parse_args(argv)
     if a.die_with_parent:
         die_with_parent()
     log = JobLog(a.train_log)
-    from . import numerics
+    from . import numerics, runfile
+    from .cellfiles import METRICS, RESULT
 
+    try:  # what the Snakemake run asks of this cell
+        run = runfile.read(a.run_file) if a.run_file else None
+    except runfile.BadRunFile as e:
+        log.error(f"{PROG}: error: {e}")
+        sys.exit(1)
+    forced = run["run"] if run and runfile.forces(run, runfile.TRAIN_RULE, [os.path.join(a.out, RESULT),
+                                                                             os.path.join(a.out, METRICS)]) else None
     numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
     from .files import NoSpace
     from .train import TrainError, train_cell  # torch: once the arguments are read
@@ -111,7 +126,8 @@ def main(argv=None) -> None:
             spec = json.loads(a.cell_json)
         except ValueError as e:
             raise TrainError(f"--cell-json: not valid JSON ({e})") from None
-        train_cell(spec, a.data, a.out, a.threads, log=log)
+        train_cell(spec, a.data, a.out, a.threads, log=log, forced_run=forced,
+                   keep_weights=bool(run and run["keep_weights"]))
     except (TrainError, NoSpace) as e:  # a clear message naming the file or key: no traceback
         log.error(f"{PROG}: error: {e}")
         sys.exit(1)

@@ -2,10 +2,6 @@
 # learning rate).
 
 
-AGGREGATE_CODE = code("src/arrepro/aggregate.py", "src/arrepro/search.py", "src/arrepro/files.py",
-                      "src/arrepro/cellfiles.py", "scripts/aggregate.py")
-
-
 rule aggregate:
     output:
         cells=GRID.table("{exp}", "cells"),
@@ -15,7 +11,7 @@ rule aggregate:
         plans=lambda wc: [lr_rounds.plan_path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.experiment_groups(wc.exp)],
         results=lambda wc: cell_results(searched_cells(wc.exp)),
     params:
-        code=AGGREGATE_CODE,
+        code=script_code("scripts/aggregate.py"),
         series=lambda wc: experiment_series(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
         task_names={tid: t["name"] for tid, t in GRID.tasks.items()},  # cells carry no scale's names
@@ -39,7 +35,7 @@ rule cells_table:
     input:
         tables=expand(rules.aggregate.output.cells, exp=EXPERIMENTS),
     params:
-        code=AGGREGATE_CODE,
+        code=script_code("scripts/aggregate.py"),
     conda:
         "../../envs/plots.yaml"
     script:
@@ -57,8 +53,7 @@ rule protocol_check:
         reports=[s.report_path(OUT) for s in SEARCHES.searches.values()],
         grid=lambda wc: cell_results(lr_rounds.Searches(GRID, "grid").round0_cells()),
     params:
-        code=code("src/arrepro/protocol_check.py", "src/arrepro/rounds.py", "src/arrepro/search.py",
-                  "scripts/protocol_check.py"),
+        code=script_code("scripts/protocol_check.py"),
     log:
         f"{OUT}/logs/aggregate/protocol_check.log",
     localrule: True

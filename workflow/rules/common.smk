@@ -8,9 +8,9 @@ from snakemake.exceptions import WorkflowError
 
 from arrepro import resources as cluster  # wall time, memory, groups and GPU packs of a cell
 from arrepro import rounds as lr_rounds
-from arrepro.cellfiles import CellBusy, start_over
+from arrepro import runfile
 from arrepro.digest import source_digest
-from arrepro.catalogue import DATA_SOURCES, train_sources
+from arrepro.catalogue import script_sources, train_sources
 from arrepro.checks import load_grid
 from arrepro.grid import CELL_PATTERN, ConfigError, one_of
 
@@ -38,6 +38,13 @@ def code(*paths):
     record it as a param instead of declaring the files as inputs: Snakemake reruns a job when
     its params change, so a comment edit reruns nothing and a code edit exactly its jobs."""
     return source_digest(paths, ROOT)
+
+
+@functools.lru_cache(maxsize=None)
+def script_code(script):
+    """The code digest of a rule's script and of every module of the package it imports
+    (arrepro.catalogue.script_sources: derived from its imports, not listed by hand)."""
+    return code(*script_sources(script, ROOT))
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,28 +166,29 @@ def dynamics_cells(exp):
     return [f"{c.path}/{name}" for c in searched_cells(exp) for name in ("result.json", "metrics.jsonl")]
 
 
-def start_forced_cells_over():
-    """A train job the user forced (--forcerun train, --forceall, -R/-f naming a cell) trains from
-    scratch: its checkpoint would otherwise be resumed (its fingerprint matches: same spec, data
-    and code), giving back the old numbers. The Snakefile's onstart calls this: in the submitting
-    process, once, before any job, never in a dry run nor inside a Slurm job (--no-hooks), so a
-    retry (a failed or preempted attempt, or a finished cell of a failed Slurm group job whose
-    outputs Snakemake deleted) still resumes. --rerun-incomplete forces the outputs of interrupted
-    jobs too: those resume."""
+RUN = None  # this run's record for its train jobs (record_run)
+
+
+def record_run():
+    """Before any job (the Snakefile's onstart: the submitting process, never in a dry run nor
+    inside a Slurm job): the file this run's train jobs read (arrepro.runfile): the cells it
+    forces, which train from scratch in every round of the searches, those that checkpoint
+    rounds add later included, and whether cells keep their final weights. Says how many forced
+    cells it knows now."""
+    global RUN
     if workflow.touch:
         return
-    dag = workflow.dag
-    removed = 0
-    for job in dag.needrun_jobs():
-        if job.rule.name != "train" or not dag.reason(job).forced:
-            continue
-        # --forcerun train, --forceall; else forced through its files: -R/-f, or --rerun-incomplete
-        asked = (job.rule in dag.forcerules and job not in dag.omitforce
-                 or not workflow.async_run(workflow.persistence.incomplete(job)))
-        if asked:
-            try:
-                removed += start_over(os.path.dirname(job.output.result), "forced by snakemake")
-            except CellBusy as err:
-                raise WorkflowError(f"stopping before any job: {err}")
-    if removed:
-        print(f"{removed} forced cell(s) start over: their checkpoints are removed", file=sys.stderr)
+    RUN = runfile.of_workflow(workflow, config.get("keep_weights", False))
+    runfile.write(RUN)
+    if RUN["forced_rules"] or RUN["forced_files"]:
+        n = runfile.forced_train_jobs(workflow, RUN)
+        print(f"forced run {RUN['run']}: {n} forced cell(s) train from scratch (their checkpoints are not resumed), "
+              "and so will the forced cells the searches' later rounds add; the end of the run says how many did",
+              file=sys.stderr)
+
+
+def report_forced_cells():
+    """At the end of a run (onsuccess, onerror): how many forced cells trained from scratch."""
+    if RUN is not None and (RUN["forced_rules"] or RUN["forced_files"]):
+        n = runfile.forced_train_jobs(workflow, RUN, finished=True)
+        print(f"forced run {RUN['run']}: {n} forced cell(s) trained from scratch", file=sys.stderr)

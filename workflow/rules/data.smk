@@ -6,7 +6,7 @@ rule data:
         train="results/data/{task}/train.npz",
         test="results/data/{task}/test.npz",
     params:
-        code=code(*DATA_SOURCES),
+        code=script_code("scripts/make_data.py"),
         task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}, sort_keys=True),
     log:
         f"{OUT}/logs/data/{{task}}.log",

@@ -10,7 +10,7 @@ rule figure:
         unpack(figure_inputs),
         cell_files=lambda wc: dynamics_cells(wc.exp),
     params:
-        code=code("src/arrepro/plots.py", "src/arrepro/files.py", "src/arrepro/cellfiles.py", "scripts/plot_figure.py"),
+        code=script_code("scripts/plot_figure.py"),
         plot=lambda wc: GRID.experiments[wc.exp]["plot"],
         title=lambda wc: GRID.experiments[wc.exp].get("title", wc.exp),
         scale=GRID.scale_name,
@@ -34,7 +34,7 @@ rule table:
         cells=rules.aggregate.output.cells,
         best=rules.aggregate.output.best,
     params:
-        code=code("src/arrepro/tables.py", "src/arrepro/files.py", "scripts/make_table.py"),
+        code=script_code("scripts/make_table.py"),
         table=lambda wc: GRID.experiments[wc.exp]["table"],
         title=lambda wc: GRID.experiments[wc.exp].get("title", wc.exp),
         models=lambda wc: GRID.experiment_models(wc.exp),

@@ -16,8 +16,7 @@ rule paper_numbers:
         # read for its \R{key}s: one that numbers.tex cannot define fails here, naming the key
         tex="paper/main.tex",
     params:
-        code=code("src/arrepro/paper.py", "src/arrepro/claims.py", "src/arrepro/search.py", "src/arrepro/aggregate.py",
-                  "src/arrepro/fidelity.py", "src/arrepro/tables.py", "src/arrepro/files.py", "scripts/paper_numbers.py"),
+        code=script_code("scripts/paper_numbers.py"),
         # what the manuscript says about the setup, from the config
         meta=paper_meta(GRID, config),
     log:

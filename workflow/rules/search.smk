@@ -6,15 +6,13 @@
 # common.smk.)
 if workflow.is_main_process:  # what round 0 trains, and that the rounds after it follow
     print(SEARCHES.summary(), file=sys.stderr)
-SEARCH_CODE = code("src/arrepro/search.py", "src/arrepro/rounds.py", "src/arrepro/claims.py", "src/arrepro/files.py",
-                   "scripts/search_round.py")
 checkpoint search_round:
     output:
         plan=f"{OUT}/searches/rounds/{{group}}/round{{round}}.json",
     input:
         unpack(search_round_inputs),
     params:
-        code=SEARCH_CODE,
+        code=script_code("scripts/search_round.py"),
         searches=lambda wc: SEARCHES.params(wc.group),
     log:
         f"{OUT}/logs/searches/{{group}}-round{{round}}.log",
@@ -39,7 +37,7 @@ rule search_reports:
     input:
         plans=lambda wc: [lr_rounds.plan_path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.groups],
     params:
-        code=SEARCH_CODE,
+        code=script_code("scripts/search_round.py"),
         searches={g: SEARCHES.params(g) for g in SEARCHES.groups},
     log:
         f"{OUT}/logs/searches/reports.log",

@@ -1,6 +1,7 @@
 # Stage 2: one job per cell (task, model, width, layers, recipe, lr, seed).
-# The code digest of the model's source files is a param: a code edit in a mixer reruns only its
-# cells, a comment edit nothing.
+# The code digest of a cell's sources (scripts/train_cell.py, the package modules it imports, the
+# mixer and its CPU kernel: arrepro.catalogue.train_sources) is a param: a code edit in a mixer
+# reruns only its cells, a comment edit nothing.
 
 
 
@@ -16,6 +17,9 @@ rule train:
         code=lambda wc: train_code(mixer_of(wc)),
         cell=lambda wc: json.dumps(GRID.cell_spec(**wc), sort_keys=True),  # the config's key order changes nothing
         out=CELL_PATTERN,
+        # this run's file (its onstart writes it): whether the run forces the cell to start over (in
+        # every round: also the cells checkpoint rounds add), whether it keeps its final weights
+        run_file=runfile.PATH,
     # job.log is this attempt's output; train.log gathers every attempt's (a resumed cell's history
     # stays): the script writes both itself, and its errors to the job's stderr, which Snakemake
     # shows (arrepro.trainjob). `exec`: the trainer's parent is the Snakemake running the job, and
@@ -44,4 +48,5 @@ rule train:
         "../../envs/train.yaml"
     shell:
         "exec python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
-        "--out {params.out:q} --threads {threads} --train-log {params.out:q}/train.log --die-with-parent > {log:q}"
+        "--out {params.out:q} --threads {threads} --train-log {params.out:q}/train.log --die-with-parent "
+        "--run-file {params.run_file:q} > {log:q}"

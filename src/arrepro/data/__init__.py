@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import atomic_write
 from .mqar import MQARSpec, make_splits
 
 
@@ -51,9 +52,13 @@ def make_task(task: dict) -> dict[str, dict[str, np.ndarray]]:
 
 
 def save_task(task: dict, out_dir: str | Path) -> None:
+    """The task's splits, ``train.npz`` and ``test.npz`` under ``out_dir``, each written with the
+    one atomic writer (``files.atomic_write``: no half-written file, no temp file left behind, a
+    full disk named)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     for name, arrays in make_task(task).items():
-        tmp = out / f".{name}.tmp.npz"
-        np.savez(tmp, **arrays)  # uncompressed: byte-identical for identical arrays
-        tmp.replace(out / f"{name}.npz")
+        def write(tmp: Path, arrays=arrays) -> None:
+            with open(tmp, "wb") as f:  # a file object: np.savez would add ".npz" to a path
+                np.savez(f, **arrays)  # uncompressed: byte-identical for identical arrays
+
+        atomic_write(out / f"{name}.npz", write)

@@ -1,0 +1,162 @@
+"""Each rule's code digest covers exactly the package modules its script imports (issue 23).
+
+The lists arrepro.catalogue derives from the imports (``script_sources``, ``train_sources``) are
+checked against an independent trace: the standard library's ``modulefinder``, which reads the
+compiled bytecode of every function, not the syntax tree. Every rule that runs a Python script
+records the digest of its own script's list. And a code edit of any module of the package changes
+the digest of exactly the rules whose scripts import it (a comment edit: of none). The workflow's
+own dry runs of such edits: tests/test_workflow.py (``test_a_code_edit_reruns_the_rules_that_import_it``).
+No Snakemake run here: about a second.
+"""
+import modulefinder
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from arrepro.catalogue import mixer_names
+from arrepro.digest import source_digest, statements
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "arrepro"
+TRAIN_SCRIPT = "scripts/train_cell.py"  # the train rule's (a shell command)
+RULE_FILES = sorted((ROOT / "workflow/rules").glob("*.smk"))
+
+
+class _PackageFinder(modulefinder.ModuleFinder):
+    """modulefinder restricted to this package: any other top-level module is not looked for."""
+
+    def find_module(self, name, path, parent=None):
+        if path is None and name != PACKAGE:
+            raise ImportError(name)
+        return super().find_module(name, path, parent)
+
+
+def _package_files(finder, root: Path) -> set[str]:
+    return {str(Path(m.__file__).relative_to(root)) for name, m in finder.modules.items()
+            if name.split(".")[0] == PACKAGE and m.__file__}
+
+
+def traced(root: Path, script: str, *modules: str) -> set[str]:
+    """What modulefinder finds ``script`` importing (and ``modules``, imported by name), with it."""
+    finder = _PackageFinder(path=[str(root / "src")])
+    finder.run_script(str(root / script))
+    for m in modules:
+        finder.import_hook(m)
+    return _package_files(finder, root) | {script}
+
+
+def dynamic_modules(mixer: str) -> list[str]:
+    """The modules the package imports by name for a cell of ``mixer``: the mixer's module
+    (models.registry) and the fused CPU kernel its class names (models.kernels), asked of the
+    imported classes themselves."""
+    from arrepro.models import get_mixer
+    from arrepro.models.kernels import KERNELS
+    from arrepro.models.registry import mixer_module
+
+    cls = get_mixer(mixer)
+    kernel = getattr(cls, "cpu_kernel_name", None)
+    return [mixer_module(mixer)] + ([KERNELS[kernel].module] if kernel else [])
+
+
+def rule_blocks():
+    """(rules file, rule name, the rule's text) of every rule in workflow/rules/*.smk."""
+    for f in RULE_FILES:
+        text = f.read_text()
+        starts = [(m.start(), m[1]) for m in re.finditer(r"^(?:rule|checkpoint) (\w+):", text, re.M)]
+        for (start, name), (end, _) in zip(starts, starts[1:] + [(len(text), None)]):
+            yield f, name, text[start:end]
+
+
+def rule_scripts() -> dict[str, str]:
+    """Rule -> the Python script it runs (a ``script:`` directive or a ``python scripts/...``
+    shell command), read from workflow/rules/*.smk."""
+    out = {}
+    for _, name, block in rule_blocks():
+        runs = re.search(r'script:\s*"\.\./\.\./(scripts/\w+\.py)"|python (scripts/\w+\.py)', block)
+        if runs:
+            out[name] = runs[1] or runs[2]
+    return out
+
+
+def test_every_rule_that_runs_a_script_records_its_scripts_digest():
+    """Its code param is ``script_code("scripts/X.py")`` of the script it runs, or the train
+    rule's ``train_code`` (TRAIN_SCRIPT and the mixer's modules)."""
+    scripts = rule_scripts()
+    assert {"data", "train", "search_round", "search_reports", "aggregate", "cells_table", "figure", "table",
+            "paper_numbers"} <= set(scripts), scripts
+    for f, name, block in rule_blocks():
+        if name not in scripts:
+            continue
+        named = re.search(r'code=script_code\("(scripts/\w+\.py)"\)', block)
+        if named is None:
+            assert scripts[name] == TRAIN_SCRIPT and "code=lambda wc: train_code(" in block, \
+                f"{f.name}: rule {name} runs {scripts[name]} without its code digest, script_code({scripts[name]!r})"
+        else:
+            assert named[1] == scripts[name], f"{f.name}: rule {name} runs {scripts[name]}, records the digest of {named[1]}"
+
+
+def test_the_derived_sources_are_what_the_scripts_import():
+    """script_sources (syntax trees) against modulefinder (bytecode), for every rule's script, the
+    data job's sources (a checkpoint's fingerprint), and the train rule's sources of every mixer,
+    whose module and CPU kernel the package imports by name."""
+    from arrepro.catalogue import data_sources, script_sources, train_sources
+
+    for script in set(rule_scripts().values()):
+        assert set(script_sources(script, ROOT)) == traced(ROOT, script), script
+    assert set(data_sources(ROOT)) == traced(ROOT, "scripts/make_data.py")
+    for mixer in sorted(mixer_names()):
+        assert set(train_sources(mixer, ROOT)) == traced(ROOT, TRAIN_SCRIPT, *dynamic_modules(mixer)), mixer
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    """The package and the scripts, to edit."""
+    dst = tmp_path_factory.mktemp("src")
+    for d in ("src/arrepro", "scripts"):
+        shutil.copytree(ROOT / d, dst / d, ignore=shutil.ignore_patterns("__pycache__"))
+    return dst
+
+
+def rule_sources(root: Path, scripts) -> dict[str, list[str]]:
+    """The sources of each rule script (the train rule's: one list per mixer), as the workflow
+    lists them."""
+    from arrepro.catalogue import script_sources, train_sources
+
+    out = {s: script_sources(s, root) for s in scripts if s != TRAIN_SCRIPT}
+    out.update({f"train {m}": train_sources(m, root) for m in sorted(mixer_names())})
+    return out
+
+
+def test_a_code_edit_of_any_module_changes_exactly_the_rules_that_import_it(copy):
+    """Each module of the package in turn gets a statement appended (code), then a comment and a
+    reworded docstring instead: the code edit changes the digests of the rules whose script
+    imports it (as modulefinder traces it) and no other; the comment edit changes none."""
+    from test_workflow import CODE_EDIT, comment_edit
+
+    scripts = set(rule_scripts().values())
+    uses = {s: traced(ROOT, s) for s in scripts if s != TRAIN_SCRIPT}
+    uses.update({f"train {m}": traced(ROOT, TRAIN_SCRIPT, *dynamic_modules(m)) for m in sorted(mixer_names())})
+    sources = rule_sources(copy, scripts)
+    assert sources.keys() == uses.keys()
+
+    def digests():
+        return {k: source_digest(files, copy) for k, files in sources.items()}
+
+    base = digests()
+    modules = sorted(str(p.relative_to(copy)) for p in (copy / "src" / PACKAGE).rglob("*.py"))
+    assert len(modules) > 30
+    for module in modules:
+        path = copy / module
+        original = path.read_text()
+        try:
+            path.write_text(original + CODE_EDIT)
+            changed = {k for k, v in digests().items() if v != base[k]}
+            assert changed == {k for k, files in uses.items() if module in files}, module
+            path.write_text(original)
+            before = statements(path)
+            comment_edit(path)
+            assert statements(path) == before, f"{module}: a comment edit changed its code"  # so no digest
+        finally:
+            path.write_text(original)
