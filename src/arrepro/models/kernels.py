@@ -150,6 +150,9 @@ KERNELS: dict[str, Kernel] = {
     # fails (numba missing or broken, a wrong result) the portable path runs and the record says why
     "selective_scan_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.selective_scan_cpu", "selective_scan",
                                  "the portable chunked scan", device="cpu"),
+    # every linear layer of a model and its tied head (ops.Linear, ops.TiedHead): a matrix product
+    # whose bits do not depend on the CPU, at ~3x the speed of MKL's pinned COMPATIBLE branch
+    "linear_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.linear_cpu", "linear", "F.linear (MKL)", device="cpu"),
 }
 CPU_DTYPES = (torch.float32, torch.float64)
 
@@ -331,7 +334,8 @@ class KernelMixer(nn.Module):
     def kernel_function(self, name: str | None = None) -> Callable:
         return function(name or self.kernel_name)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
+        """``args`` (none for a mixer) go to the path that runs, after ``x``."""
         name = self.kernel_name
         if self.cpu_kernel_name and x.device.type == "cpu" and name not in _overrides:
             name = self.cpu_kernel_name
@@ -339,8 +343,8 @@ class KernelMixer(nn.Module):
         op = f"{self.op_name}.{name}"
         self.__dict__.setdefault("_kernel_paths", {})[op, record["path"]] = record
         if fn is None:
-            return self.forward_portable(x)
-        return self.forward_cpu_kernel(x) if name == self.cpu_kernel_name else self.forward_kernel(x)
+            return self.forward_portable(x, *args)
+        return self.forward_cpu_kernel(x, *args) if name == self.cpu_kernel_name else self.forward_kernel(x, *args)
 
 
 def paths_used(model: nn.Module, earlier: list[dict] = ()) -> list[dict]:

@@ -80,6 +80,42 @@ def sinusoidal_table(length: int, dim: int) -> torch.Tensor:
     return table
 
 
+class Linear(KernelMixer, nn.Linear):
+    """``nn.Linear`` (its parameters, names and init) whose CPU path is the fused product of
+    ``cpu_kernels/linear_cpu.py`` (kernel ``linear_cpu``: the same bits on every x86-64 CPU, ~3x
+    MKL's pinned branch); elsewhere, or where that kernel cannot run, ``F.linear``. The backbone
+    makes every ``nn.Linear`` of a model one of these (``use_fused_linears``)."""
+    op_name = "linear"
+    kernel_name = cpu_kernel_name = "linear_cpu"
+
+    def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def forward_cpu_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernel_function(self.cpu_kernel_name)(x, self.weight, self.bias)
+
+
+class TiedHead(KernelMixer):
+    """``x @ weight.T`` for a weight owned elsewhere (the LM head tied to the token embeddings): the
+    path ``Linear`` takes, without parameters of its own (the state dict does not change)."""
+    op_name = "linear"
+    kernel_name = cpu_kernel_name = "linear_cpu"
+
+    def forward_portable(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, weight)
+
+    def forward_cpu_kernel(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return self.kernel_function(self.cpu_kernel_name)(x, weight)
+
+
+def use_fused_linears(module: nn.Module) -> None:
+    """Every plain ``nn.Linear`` inside ``module`` becomes a ``Linear`` in place (the same object,
+    parameters and state dict; only its forward dispatches): the mixers keep writing nn.Linear."""
+    for m in module.modules():
+        if type(m) is nn.Linear:
+            m.__class__ = Linear
+
+
 class MLP(nn.Module):
     def __init__(self, d_model: int, ratio: int = 4):
         super().__init__()
