@@ -85,6 +85,10 @@ def _conv_width(call: dict) -> str | None:
     return None if 2 <= w <= 4 else f"conv width {w} outside causal-conv1d's 2..4"
 
 
+def _no_dropout(call: dict) -> str | None:
+    return f"dropout {call['dropout']} (the fused CPU attention has none)" if call["dropout"] else None
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel function: where it lives and what it accepts (see each entry's source lines)."""
@@ -150,6 +154,9 @@ KERNELS: dict[str, Kernel] = {
     # fails (numba missing or broken, a wrong result) the portable path runs and the record says why
     "selective_scan_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.selective_scan_cpu", "selective_scan",
                                  "the portable chunked scan", device="cpu"),
+    # causal softmax attention without dropout (the attention mixer's CPU path; SDPA with dropout)
+    "attention_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.attention_cpu", "attention", "SDPA",
+                            limits=(_no_dropout,), call_keys=("dropout",), device="cpu"),
     # every linear layer of a model and its tied head (ops.Linear, ops.TiedHead): a matrix product
     # whose bits do not depend on the CPU, at ~3x the speed of MKL's pinned COMPATIBLE branch
     "linear_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.linear_cpu", "linear", "F.linear (MKL)", device="cpu"),
