@@ -174,6 +174,8 @@ def run_via_server(argv: list[str], log) -> int | None:
                     if child["pending"] is not None:
                         forward(child["pending"], None)
                 if "exit" in message:
+                    log(f"the cell's process (pid {child['pid']}, a child of the training server) used "
+                        f"{message.get('cpu_seconds', float('nan')):.2f} CPU-seconds")
                     return int(message["exit"])
             print("train_cell.py: error: the training server closed the connection before the cell ended "
                   f"(see {_side_file(key, 'log')})", file=sys.stderr, flush=True)
@@ -289,7 +291,7 @@ def serve(key: str) -> None:
                     os.kill(pid, signal.SIGTERM)
         while children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait3(os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
@@ -297,7 +299,7 @@ def serve(key: str) -> None:
             conn = children.pop(pid, None)
             if conn is not None:
                 with contextlib.suppress(OSError):
-                    _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                    _send(conn, {"exit": os.waitstatus_to_exitcode(status), "cpu_seconds": usage.ru_utime + usage.ru_stime})
                 with contextlib.suppress(KeyError, ValueError):
                     sel.unregister(conn)
                 conn.close()
