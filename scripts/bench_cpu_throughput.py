@@ -8,7 +8,8 @@ twice, alternating setting by setting:
 * today's path: the train rule's command of --baseline (default c6e7164, before the fused CPU
   linear and attention kernels and the training server), exported with `git archive`, one
   process per cell;
-* the new path: the train rule's command of this working tree (`train_cell.py --server`): the
+* the new path: the train rule's command of this working tree (`train_cell.py --server`, a copy
+  taken at the start): the
   cells train in children of one training server (arrepro.trainserver), started here and
   counted here, its start-up and warm-up included.
 CPU time is measured by the operating system (getrusage of this script's children: the cells'
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -65,11 +67,20 @@ def demo_settings(grid) -> list[tuple[str, int, int]]:
 
 def export(ref: str, dest: Path) -> Path:
     """``ref``'s src/ and scripts/ under ``dest`` (git archive)."""
+    dest.mkdir(parents=True)
     tar = dest / "baseline.tar"
     with open(tar, "wb") as f:
         subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src", "scripts"], stdout=f, check=True)
     with tarfile.open(tar) as t:
         t.extractall(dest / "tree", filter="data")
+    return dest / "tree"
+
+
+def snapshot(dest: Path) -> Path:
+    """This working tree's src/ and scripts/ as they are now, under ``dest`` (edits made while the
+    benchmark runs do not reach it)."""
+    for part in ("src", "scripts"):
+        shutil.copytree(ROOT / part, dest / "tree" / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dest / "tree"
 
 
@@ -112,12 +123,13 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; baseline {a.baseline}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench_cpu_") as tmp:
         tmp = Path(tmp)
-        base = export(a.baseline, tmp)
+        base = export(a.baseline, tmp / "old")
+        new = snapshot(tmp / "new")
         env = {**os.environ, "PYTHONPATH": str(base / "src")}
         spec0 = grid.cell_spec(task, settings[0][0], settings[0][1], settings[0][2], recipe, a.lr, 0)
         save_task(spec0["task_def"], tmp / "data")
         # the new path: a server of its own (its key: this tree, this idle time), started, waited for and ended here
-        new_env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), trainserver.IDLE_ENV: "3600"}
+        new_env = {**os.environ, "PYTHONPATH": str(new / "src"), trainserver.IDLE_ENV: "3600"}
         new_env.pop(trainserver.ENV, None)
         key = subprocess.run([sys.executable, "-c", "from arrepro import trainserver; print(trainserver.server_key())"],
                              env=new_env, capture_output=True, text=True, check=True).stdout.strip()
@@ -131,7 +143,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "from arrepro import trainserver; trainserver._warm_up()"], env=new_env,
                        check=True, stdout=subprocess.DEVNULL)
         t0, cpu0 = time.monotonic(), children_cpu()
-        server = subprocess.Popen([sys.executable, "-m", "arrepro.trainserver", key], env=new_env, cwd=ROOT,
+        server = subprocess.Popen([sys.executable, "-m", "arrepro.trainserver", key], env=new_env, cwd=new,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         while (sock := trainserver._connect(key)) is None:  # listening once warmed up
             if server.poll() is not None:
@@ -144,7 +156,7 @@ def main() -> None:
             cell = {**cell, "recipe_def": {**cell["recipe_def"], "early_stop_accuracy": None,
                                            **({"epochs": a.epochs} if a.epochs else {})}}
             old = run(command(base, cell, tmp / "data", tmp / f"old{i}", server=False), env, tmp / f"old{i}")
-            client = run(command(ROOT, cell, tmp / "data", tmp / f"new{i}", server=True), new_env, tmp / f"new{i}")
+            client = run(command(new, cell, tmp / "data", tmp / f"new{i}", server=True), new_env, tmp / f"new{i}")
             child = served_cpu(tmp / f"new{i}")
             served, clients = served + child, clients + client
             rows.append((f"{model} {width}x{layers}", old, child + client))

@@ -152,8 +152,8 @@ KERNELS: dict[str, Kernel] = {
     # Fused CPU kernels (numba; arrepro/models/cpu_kernels/<name>.py): every one compiles and checks
     # itself against a step-by-step recurrence on first use (its module's ``self_check``); where that
     # fails (numba missing or broken, a wrong result) the portable path runs and the record says why
-    "selective_scan_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.selective_scan_cpu", "selective_scan",
-                                 "the portable chunked scan", device="cpu"),
+    "mamba_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mamba_cpu", "mamba",
+                        "the portable chunked scan", device="cpu"),
     # causal softmax attention without dropout (the attention mixer's CPU path; SDPA with dropout)
     "attention_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.attention_cpu", "attention", "SDPA",
                             limits=(_no_dropout,), call_keys=("dropout",), device="cpu"),

@@ -28,7 +28,7 @@ from .linear_cpu import _gemm
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _load(src, b, h, Qc, transpose):
     """src[b, h] (L, dh) into the contiguous Qc: as it is, or transposed (dh, L)."""
     L, dh = src.shape[2], src.shape[3]
@@ -40,7 +40,7 @@ def _load(src, b, h, Qc, transpose):
                 Qc[j, d] = src[b, h, j, d]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _probabilities(Qc, Kt, scale, S, P, K):
     """P of the module docstring from Q (L, dh) and K^T (dh, L); S is scratch (L, L)."""
     L = Qc.shape[0]
@@ -62,7 +62,7 @@ def _probabilities(Qc, Kt, scale, S, P, K):
             P[i, j] = K[5]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _attention_forward(q, k, v, scale, y, K):
     """y[b, :, h] = P V for every batch element b and head h (y laid out (B, L, H, dh))."""
     nb, nh, L, dh = q.shape
@@ -78,7 +78,7 @@ def _attention_forward(q, k, v, scale, y, K):
             y[b, :, h, :] = Y
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _attention_backward(q, k, v, gy, scale, gq, gk, gv, K):
     """The gradients of ``_attention_forward`` (gy, gq, gk, gv laid out (B, L, H, dh))."""
     nb, nh, L, dh = q.shape

@@ -135,6 +135,28 @@ def _linear_forward(x, w, bias, use_bias, y):
 
 
 @njit(cache=True)
+def _weight_grad(gy, x, gw):
+    """gw = gy^T @ x, each element a sum over the rows in order (x: unit stride in its last
+    dimension). With few columns in x, the vector lanes run over gy's columns instead (gw^T =
+    x^T @ gy: the same products, a*b == b*a, in the same order: the same bits)."""
+    if x.shape[1] < 8 <= gy.shape[1]:
+        gwt = np.empty((x.shape[1], gy.shape[1]), dtype=gw.dtype)
+        _gemm(x.T, np.ascontiguousarray(gy), gwt, gwt[0, :0], False)
+        gw[:, :] = gwt.T
+    else:
+        _gemm(gy.T, x, gw, gw[0, :0], False)
+
+
+@njit(cache=True)
+def _column_sums(g, out):
+    """out[j] = the sum of g[:, j] over the rows in order."""
+    out[:] = 0
+    for i in range(g.shape[0]):
+        for j in range(g.shape[1]):
+            out[j] = out[j] + g[i, j]
+
+
+@njit(cache=True)
 def _linear_backward(gy, x, w, gx, gw, gb, need_x, need_w, need_b):
     """gx = gy @ w, gw = gy^T @ x (a sum over the rows in order), gb = the column sums of gy (rows
     in order): those asked for. gy may have any strides; x and w unit stride in their last dimension."""
@@ -142,17 +164,9 @@ def _linear_backward(gy, x, w, gx, gw, gb, need_x, need_w, need_b):
     if need_x:
         _gemm(gy, w, gx, none, False)
     if need_w:
-        if x.shape[1] < 8 <= gy.shape[1]:  # few input columns: lanes over the outputs instead (a*b == b*a: the same bits)
-            gwt = np.empty((x.shape[1], gy.shape[1]), dtype=gw.dtype)
-            _gemm(x.T, np.ascontiguousarray(gy), gwt, none, False)
-            gw[:, :] = gwt.T
-        else:
-            _gemm(gy.T, x, gw, none, False)
+        _weight_grad(gy, x, gw)
     if need_b:
-        gb[:] = 0
-        for i in range(gy.shape[0]):
-            for j in range(gy.shape[1]):
-                gb[j] = gb[j] + gy[i, j]
+        _column_sums(gy, gb)
 
 
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
@@ -187,11 +201,17 @@ class _Linear(torch.autograd.Function):
         return (gx.view(ctx.x_shape) if need_x else None, gw if need_w else None, gb if need_b else None)
 
 
+MIN_ROWS = 128  # fewer rows: F.linear (MKL), whose call costs less than this one's at that size
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` by the ordered product of the module docstring, for CPU tensors of
-    one dtype, fp32 or fp64 (anything else: F.linear)."""
+    one dtype, fp32 or fp64, with at least ``MIN_ROWS`` rows (every dimension of x but the last);
+    anything else: F.linear. Both the rule and the products depend on the shapes only, not on the
+    machine."""
     if (x.dtype not in _DTYPES or weight.dtype != x.dtype or x.device.type != "cpu" or weight.device.type != "cpu"
-            or (bias is not None and (bias.dtype != x.dtype or bias.device.type != "cpu"))):
+            or (bias is not None and (bias.dtype != x.dtype or bias.device.type != "cpu"))
+            or x.numel() < MIN_ROWS * x.shape[-1]):
         return torch.nn.functional.linear(x, weight, bias)
     return _Linear.apply(x, weight, bias)
 
@@ -222,7 +242,7 @@ def self_check(dtype: torch.dtype = torch.float32) -> str:
         w = torch.randn(N, K, generator=g, dtype=dtype).requires_grad_()
         b = torch.randn(N, generator=g, dtype=dtype).requires_grad_()
         gy = torch.randn(M, N, generator=g, dtype=dtype)
-        y = linear(x, w, b)
+        y = _Linear.apply(x, w, b)  # the kernel itself, below MIN_ROWS too
         gx, gw, gb = torch.autograd.grad(y, (x, w, b), gy)
         X, Wn, Bn, G = (t.detach().numpy() for t in (x, w, b, gy))
         want = {"y": reference(X, Wn, Bn), "dx": reference(G, np.ascontiguousarray(Wn.T)),
@@ -232,4 +252,4 @@ def self_check(dtype: torch.dtype = torch.float32) -> str:
             if not np.array_equal(got.detach().numpy(), want[name]):
                 raise RuntimeError(f"fused CPU linear self-check: {name} ({dtype}, {M}x{K} @ {K}x{N}) is not the "
                                    "ordered product bit for bit")
-    return CODEGEN
+    return f"{CODEGEN}; products of fewer than {MIN_ROWS} rows: F.linear"
