@@ -45,6 +45,9 @@ def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     files = ["scripts/train_cell.py", f"{pkg}/trainjob.py", f"{pkg}/train.py", f"{pkg}/checkpoint.py", f"{pkg}/defaults.py", f"{pkg}/numerics.py", f"{pkg}/cellfiles.py",
              f"{pkg}/constraints.py", f"{pkg}/models/backbone.py", f"{pkg}/models/ops.py", f"{pkg}/models/registry.py",
              f"{pkg}/models/kernels.py"]
+    ops = Path(root) / pkg / "models" / "ops.py"  # the blocks every model has (its linear layers)
+    if ops.exists():
+        files += _cpu_kernel_sources(ops.read_text(), Path(root), pkg)
     todo, seen = [mixer], []
     while todo:
         name = todo.pop()
@@ -60,8 +63,8 @@ def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
 
 
 def _cpu_kernel_sources(mixer_text: str, root: Path, pkg: str) -> list[str]:
-    """The fused CPU kernel a mixer names (``cpu_kernel_name = "k"``: models/cpu_kernels/k.py) and
-    the sibling modules that file imports (``from .common import``)."""
+    """The fused CPU kernels a mixer's file (or ops.py) names (``cpu_kernel_name = "k"``:
+    models/cpu_kernels/k.py) and the sibling modules that file imports (``from .common import``)."""
     out = []
     for name in re.findall(r'^\s*cpu_kernel_name = "(\w+)"', mixer_text, re.M):
         path = root / pkg / "models" / "cpu_kernels" / f"{name}.py"

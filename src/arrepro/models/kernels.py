@@ -154,6 +154,9 @@ KERNELS: dict[str, Kernel] = {
     # fails (numba missing or broken, a wrong result) the portable path runs and the record says why
     "mamba_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mamba_cpu", "mamba",
                         "the portable chunked scan", device="cpu"),
+    # the short depthwise causal conv (ops.ShortConv: Hyena, H3, Based, DeltaNet, attention + conv)
+    "short_conv_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.short_conv_cpu", "short_conv",
+                             "the portable shifted multiply-adds", device="cpu"),
     # causal softmax attention without dropout (the attention mixer's CPU path; SDPA with dropout)
     "attention_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.attention_cpu", "attention", "SDPA",
                             limits=(_no_dropout,), call_keys=("dropout",), device="cpu"),

@@ -9,8 +9,8 @@ Numerics, in the input dtype: the matrix products are ``linear_cpu``'s (each ele
 sum, no FMA); the scan is ``selective_scan_cpu``'s; exp, SiLU's sigmoid and softplus's
 log(1 + exp) are ``common``'s own; every other sum (the conv's taps in order, the parameter
 gradients over the rows in order) has a fixed order. So the same bits on every x86-64 CPU.
-The conv is the portable ``ShortConv``'s: tap k-1 multiplies the current step, zeros before the
-sequence, the bias added last.
+The conv is ``short_conv_cpu``'s (the portable ``ShortConv``'s arithmetic order: tap k-1
+multiplies the current step, zeros before the sequence, the bias added last).
 """
 from __future__ import annotations
 
@@ -22,27 +22,9 @@ from torch.autograd.function import once_differentiable
 from .common import CODEGEN, TWENTY, K, check_codegen, exp, sigmoid, softplus
 from .linear_cpu import _column_sums, _gemm, _weight_grad
 from .selective_scan_cpu import _s6_backward, _s6_forward
+from .short_conv_cpu import _conv, _conv_backward, silu_grad
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
-
-
-@njit(cache=True, error_model="numpy")
-def _conv(x, w, bias, nb, L, out):
-    """out[b, t, e] = ((x[b, t-k+1, e] w[e, 0] + x[b, t-k+2, e] w[e, 1]) + ... + x[b, t, e] w[e, k-1])
-    + bias[e], zeros before the sequence; x, out (nb L, E)."""
-    E, k = w.shape
-    zero = x[0, 0] * 0
-    for b in range(nb):
-        for t in range(L):
-            row = b * L + t
-            for e in range(E):
-                out[row, e] = (x[row - k + 1, e] if t - k + 1 >= 0 else zero) * w[e, 0]
-            for j in range(1, k):
-                src = t - k + 1 + j
-                for e in range(E):
-                    out[row, e] = out[row, e] + (x[b * L + src, e] if src >= 0 else zero) * w[e, j]
-            for e in range(E):
-                out[row, e] = out[row, e] + bias[e]
 
 
 @njit(cache=True, error_model="numpy")
@@ -57,7 +39,7 @@ def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, n
     _gemm(u, np.ascontiguousarray(W_in.T), xz, none, False)
     x = xz[:, :E]
     if use_conv:
-        _conv(x, conv_w, conv_b, nb, L, xc)
+        _conv(x, conv_w, conv_b, True, nb, L, xc)
     else:
         xc[:, :] = x
     for i in range(M):
@@ -92,13 +74,6 @@ def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, n
     _gemm(yg, np.ascontiguousarray(W_out.T), out, none, False)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _silu_grad(g, v, K):
-    """d silu(v) / dv times g: g sigmoid(v) (1 + v (1 - sigmoid(v)))."""
-    sg = sigmoid(v, K)
-    return g * (sg * (K[7] + v * (K[7] - sg)))
-
-
 @njit(cache=True, error_model="numpy")
 def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, use_conv, use_gate,
                     xz, xc, s, xdbl, dt_raw, y, yg,
@@ -121,7 +96,7 @@ def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, u
             for e in range(E):
                 z = xz[i, E + e]
                 gy[i, e] = g_yg[i, e] * (z * sigmoid(z, K))
-                g_xz[i, E + e] = _silu_grad(g_yg[i, e] * y[i, e], z, K)
+                g_xz[i, E + e] = silu_grad(g_yg[i, e] * y[i, e], z, K)
     else:
         gy[:, :] = g_yg
     # y = scan(s, dt, A, B, C) + s D
@@ -178,31 +153,9 @@ def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, u
     g_xc = np.empty((M, E), dtype=u.dtype)
     for i in range(M):
         for e in range(E):
-            g_xc[i, e] = _silu_grad(gs[i, e], xc[i, e], K)
-    k = conv_w.shape[1]
+            g_xc[i, e] = silu_grad(gs[i, e], xc[i, e], K)
     if use_conv:
-        x = xz[:, :E]
-        zero = u[0, 0] * 0
-        for b in range(nb):  # g_x[t] = sum_j w[j] g_xc[t + k-1-j], j in order
-            for t in range(L):
-                row = b * L + t
-                for e in range(E):
-                    g_xz[row, e] = zero
-                for j in range(k):
-                    dst = t + k - 1 - j
-                    if dst < L:
-                        for e in range(E):
-                            g_xz[row, e] = g_xz[row, e] + conv_w[e, j] * g_xc[b * L + dst, e]
-        g_conv_w[:, :] = 0
-        for b in range(nb):  # g_w[e, j] = sum over rows in order of g_xc[t] x[t-k+1+j]
-            for t in range(L):
-                row = b * L + t
-                for j in range(k):
-                    src = t - k + 1 + j
-                    if src >= 0:
-                        for e in range(E):
-                            g_conv_w[e, j] = g_conv_w[e, j] + g_xc[row, e] * x[b * L + src, e]
-        _column_sums(g_xc, g_conv_b)
+        _conv_backward(g_xc, xz[:, :E], conv_w, nb, L, g_xz[:, :E], g_conv_w, g_conv_b, True)
     else:
         g_xz[:, :E] = g_xc
     # xz = u W_in^T
