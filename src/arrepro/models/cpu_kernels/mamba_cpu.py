@@ -28,6 +28,25 @@ _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float
 
 
 @njit(cache=True, error_model="numpy")
+def _scan_inputs(dt_raw, A_log, xdbl, nb, L, R, K):
+    """The scan's dt = softplus(dt_raw) (nb L, E), A^T = -exp(A_log)^T (N, E), and B, C (nb, L, N)
+    from xdbl = [r, B, C]: the forward pass computes them, the backward pass again (the same bits)."""
+    M, E = dt_raw.shape
+    N = A_log.shape[1]
+    dt = np.empty((M, E), dtype=dt_raw.dtype)
+    for i in range(M):
+        for e in range(E):
+            dt[i, e] = softplus(dt_raw[i, e], K)
+    A_t = np.empty((N, E), dtype=dt_raw.dtype)
+    for e in range(E):
+        for n in range(N):
+            A_t[n, e] = -exp(A_log[e, n], K)
+    Bm = np.ascontiguousarray(xdbl[:, R:R + N]).reshape(nb, L, N)
+    Cm = np.ascontiguousarray(xdbl[:, R + N:]).reshape(nb, L, N)
+    return dt, A_t, Bm, Cm
+
+
+@njit(cache=True, error_model="numpy")
 def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, nb, L, use_conv, use_gate,
                    xz, xc, s, xdbl, dt_raw, y, yg, out, K):
     """The forward pass (module docstring); fills the saved arrays xz, xc (conv output, or x),
@@ -48,16 +67,7 @@ def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, n
             s[i, e] = v * sigmoid(v, K)
     _gemm(s, np.ascontiguousarray(W_x.T), xdbl, none, False)
     _gemm(xdbl[:, :R], np.ascontiguousarray(W_dt.T), dt_raw, b_dt, True)
-    dt = np.empty((M, E), dtype=u.dtype)
-    for i in range(M):
-        for e in range(E):
-            dt[i, e] = softplus(dt_raw[i, e], K)
-    A_t = np.empty((N, E), dtype=u.dtype)
-    for e in range(E):
-        for n in range(N):
-            A_t[n, e] = -exp(A_log[e, n], K)
-    Bm = np.ascontiguousarray(xdbl[:, R:R + N]).reshape(nb, L, N)
-    Cm = np.ascontiguousarray(xdbl[:, R + N:]).reshape(nb, L, N)
+    dt, A_t, Bm, Cm = _scan_inputs(dt_raw, A_log, xdbl, nb, L, R, K)
     ys = np.empty((nb, L, E), dtype=u.dtype)
     _s6_forward(dt.reshape(nb, L, E), A_t, s.reshape(nb, L, E), Bm, Cm, ys, K)
     y2 = ys.reshape(M, E)
@@ -104,16 +114,7 @@ def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, u
     for i in range(M):
         for e in range(E):
             g_Dp[e] = g_Dp[e] + gy[i, e] * s[i, e]
-    dt = np.empty((M, E), dtype=u.dtype)
-    for i in range(M):
-        for e in range(E):
-            dt[i, e] = softplus(dt_raw[i, e], K)
-    A_t = np.empty((N, E), dtype=u.dtype)
-    for e in range(E):
-        for n in range(N):
-            A_t[n, e] = -exp(A_log[e, n], K)
-    Bm = np.ascontiguousarray(xdbl[:, R:R + N]).reshape(nb, L, N)
-    Cm = np.ascontiguousarray(xdbl[:, R + N:]).reshape(nb, L, N)
+    dt, A_t, Bm, Cm = _scan_inputs(dt_raw, A_log, xdbl, nb, L, R, K)
     d_dt = np.empty((nb, L, E), dtype=u.dtype)
     dA_t = np.zeros((N, E), dtype=u.dtype)
     ds = np.empty((nb, L, E), dtype=u.dtype)

@@ -19,6 +19,7 @@ from numba import njit
 from torch.autograd.function import once_differentiable
 
 from .common import CODEGEN, K, check_codegen, sigmoid
+from .linear_cpu import _column_sums
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
@@ -68,10 +69,7 @@ def _conv_backward(g, x, w, nb, L, gx, gw, gb, use_bias):
                     for e in range(E):
                         gw[e, j] = gw[e, j] + g[row, e] * x[b * L + src, e]
     if use_bias:
-        gb[:] = 0
-        for i in range(g.shape[0]):
-            for e in range(E):
-                gb[e] = gb[e] + g[i, e]
+        _column_sums(g, gb)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
