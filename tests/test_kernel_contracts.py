@@ -251,3 +251,17 @@ def test_cell_records_and_logs_its_paths(tmp_path, monkeypatch):
     logged = [line for line in lines if "kernel paths:" in line]
     assert len(logged) == 1 and "mamba.selective_scan_fn: kernel" in logged[0]
     assert lines.index(logged[0]) < next(i for i, line in enumerate(lines) if "epoch 1/1" in line)
+
+
+def test_a_layer_with_only_a_cpu_kernel_records_nothing_off_the_cpu():
+    """Every linear layer has the fused CPU product and no CUDA kernel: on another device it runs
+    F.linear and records no path (a GPU cell's records, which `make gpu-check --require-kernels`
+    reads, stay the mixers' own). Meta tensors stand in for a GPU."""
+    from arrepro.models.ops import Linear
+
+    layer = Linear(4, 3).to("meta")
+    assert layer(torch.zeros(2, 4, device="meta")).shape == (2, 3)
+    assert paths_used(layer) == []
+    cpu = Linear(4, 3)
+    cpu(torch.zeros(2, 4))
+    assert [p["op"] for p in paths_used(cpu)] == ["linear.linear_cpu"]

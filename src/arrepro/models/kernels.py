@@ -349,6 +349,8 @@ class KernelMixer(nn.Module):
         name = self.kernel_name
         if self.cpu_kernel_name and x.device.type == "cpu" and name not in _overrides:
             name = self.cpu_kernel_name
+        if KERNELS[name].device == "cpu" and x.device.type != "cpu" and name not in _overrides:
+            return self.forward_portable(x, *args)  # a module with a CPU kernel only (ops.Linear) off the CPU: nothing to record
         fn, record = choose(name, x, **self.kernel_call())
         op = f"{self.op_name}.{name}"
         self.__dict__.setdefault("_kernel_paths", {})[op, record["path"]] = record
