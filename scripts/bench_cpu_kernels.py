@@ -114,7 +114,9 @@ def scan_inputs(m, x):
         dt = F.softplus(m.dt_proj(r))
         A = -torch.exp(m.A_log)
     args = [t.detach().clone().requires_grad_() for t in (xs, dt, A, Bm, Cm)]
-    return mamba.selective_scan, kernels.function(m.cpu_kernel_name), args
+    from arrepro.models.cpu_kernels import selective_scan_cpu  # the scan inside the fused mixer (mamba_cpu)
+
+    return mamba.selective_scan, selective_scan_cpu.selective_scan, args
 
 
 def train_step(spec, B, L, d, portable: bool):

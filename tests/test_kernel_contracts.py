@@ -115,8 +115,9 @@ def test_paper_shapes_respect_kernel_contracts(standins, name, width, length, pr
     for sub in m.modules():  # short convs that ran (inside a kernel path, or Hyena's) use causal-conv1d
         if isinstance(sub, ShortConv) and sub.__dict__.get("_kernel_paths"):
             assert records["short_conv.causal_conv1d_fn"]["path"] == "kernel"
-    for r in records.values():
-        assert "override" in r["package"], r
+    for r in records.values():  # the CUDA kernels are the stand-ins; the fused CPU kernels are themselves
+        op_kernel = r["op"].split(".")[1]
+        assert "override" in r["package"] or kernels.KERNELS[op_kernel].device == "cpu", r
 
 
 # one model per mixer configuration with a kernel path
@@ -171,23 +172,22 @@ def test_standins_refuse_what_the_kernels_refuse():
 
 
 def test_reasons_without_override(monkeypatch):
-    """On CPU a CUDA kernel's portable path runs and says so, Mamba's fused CPU scan runs and says
-    so; ARREPRO_KERNELS=0 wins over everything."""
+    """On CPU the fused CPU kernels run (attention's, Mamba's, every linear layer's) and say so;
+    ARREPRO_KERNELS=0 wins over everything."""
     monkeypatch.delenv(kernels.ENV, raising=False)
+    numba = kernels.installed("mamba_cpu")
     torch.manual_seed(0)
-    lm = LanguageModel(vocab_size=16, d_model=16, n_layers=1, max_len=8, mixer="attention")
-    lm(torch.randint(0, 16, (1, 8)))
-    assert paths_used(lm) == [{"op": "attention.flash_attn_func", "path": "portable", "package": None,
-                               "reason": "CPU tensor"}]
-    lm = LanguageModel(vocab_size=16, d_model=16, n_layers=1, max_len=8, mixer="mamba")
-    lm(torch.randint(0, 16, (1, 8)))
-    numba = kernels.installed("selective_scan_cpu")
-    assert paths_used(lm) == [{"op": "mamba.selective_scan_cpu", "path": "kernel" if numba else "portable",
-                               "package": numba, "reason": paths_used(lm)[0]["reason"]}]
-    assert paths_used(lm)[0]["reason"].startswith("cpu fp32: self-checked" if numba else "numba not installed")
+    for mixer in ("attention", "mamba"):
+        lm = LanguageModel(vocab_size=16, d_model=16, n_layers=1, max_len=8, mixer=mixer)
+        lm(torch.randint(0, 16, (1, 8)))
+        ops = [f"{mixer}.{mixer}_cpu", "linear.linear_cpu"]
+        assert [(p["op"], p["path"], p["package"]) for p in paths_used(lm)] == \
+            [(op, "kernel" if numba else "portable", numba) for op in ops], paths_used(lm)
+        for p in paths_used(lm):
+            assert p["reason"].startswith("cpu fp32: self-checked" if numba else "numba not installed"), p
     monkeypatch.setenv(kernels.ENV, "0")
     lm(torch.randint(0, 16, (1, 8)))
-    assert {"op": "mamba.selective_scan_cpu", "path": "portable", "package": None,
+    assert {"op": "mamba.mamba_cpu", "path": "portable", "package": None,
             "reason": "ARREPRO_KERNELS=0"} in paths_used(lm)
     with kernels.override(si.STANDINS):
         m = build("attention", 64, 9)
@@ -245,8 +245,23 @@ def test_cell_records_and_logs_its_paths(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "cell" / "result.json").read_text())
     assert saved["kernel_paths"] == result["kernel_paths"]
     by_op = {p["op"]: p for p in saved["kernel_paths"]}
-    assert set(by_op) == {"mamba.selective_scan_fn", "short_conv.causal_conv1d_fn"}
-    assert all(p["path"] == "kernel" and "within its limits" in p["reason"] for p in by_op.values())
+    assert set(by_op) == {"mamba.selective_scan_fn", "short_conv.causal_conv1d_fn", "linear.linear_cpu"}
+    assert all(p["path"] == "kernel" for p in by_op.values())
+    assert all("within its limits" in p["reason"] for op, p in by_op.items() if op != "linear.linear_cpu")
     logged = [line for line in lines if "kernel paths:" in line]
     assert len(logged) == 1 and "mamba.selective_scan_fn: kernel" in logged[0]
     assert lines.index(logged[0]) < next(i for i, line in enumerate(lines) if "epoch 1/1" in line)
+
+
+def test_a_layer_with_only_a_cpu_kernel_records_nothing_off_the_cpu():
+    """Every linear layer has the fused CPU product and no CUDA kernel: on another device it runs
+    F.linear and records no path (a GPU cell's records, which `make gpu-check --require-kernels`
+    reads, stay the mixers' own). Meta tensors stand in for a GPU."""
+    from arrepro.models.ops import Linear
+
+    layer = Linear(4, 3).to("meta")
+    assert layer(torch.zeros(2, 4, device="meta")).shape == (2, 3)
+    assert paths_used(layer) == []
+    cpu = Linear(4, 3)
+    cpu(torch.zeros(2, 4))
+    assert [p["op"] for p in paths_used(cpu)] == ["linear.linear_cpu"]

@@ -227,8 +227,17 @@ def test_positions_start_at_the_token_embeddings_scale(position):
 CPU_FUSED = [n for n in MIXER_CASES if getattr(get_mixer(MODELS[n]["mixer"]), "cpu_kernel_name", None)]
 
 
+def _fused_width(name, d):
+    """``d``, or the next multiple of the model's heads where it has several."""
+    heads = MODELS[name].get("mixer_kwargs", {}).get("num_heads", 1)
+    return -(-d // heads) * heads
+
+
 def _cpu_kernel_or_skip(m):
-    """Skip where numba is not installed; where it is, the kernel must pass its self-check."""
+    """Skip where numba is not installed; where it is, the kernel must pass its self-check. A mixer
+    with dropout is compared in eval mode (the fused attention has no dropout: SDPA runs instead)."""
+    if getattr(m, "dropout", 0):
+        m.eval()
     if kernels.installed(m.cpu_kernel_name) is None:
         pytest.skip(f"{kernels.KERNELS[m.cpu_kernel_name].dists[0]} not installed")
     fn, record = kernels.choose(m.cpu_kernel_name, torch.zeros(1), **m.kernel_call())
@@ -242,6 +251,7 @@ def test_cpu_kernel_matches_portable_and_reference_fp64(name, ref_path):
     of 5, so states cross its boundaries and end ragged) and the per-timestep reference, fp64, at
     awkward lengths; channel counts that are no multiple of the kernel's 8 stripes included."""
     for d, length in ((D, L_RAGGED), (13, 1), (13, 37)):
+        d = _fused_width(name, d)
         m = build_mixer(name, d=d, max_len=length).double()
         _cpu_kernel_or_skip(m)
         m.chunk_size = CHUNK
@@ -252,9 +262,10 @@ def test_cpu_kernel_matches_portable_and_reference_fp64(name, ref_path):
 @pytest.mark.parametrize("name", CPU_FUSED)
 def test_cpu_kernel_matches_portable_fp32_demo_shape(name):
     """fp32 at the demo's shape (batch 32, length 32, width 32): within fp32 rounding of the portable path."""
-    m = build_mixer(name, d=32, max_len=32)
+    d = _fused_width(name, 32)
+    m = build_mixer(name, d=d, max_len=32)
     _cpu_kernel_or_skip(m)
-    x = torch.randn(32, 32, 32, requires_grad=True)
+    x = torch.randn(32, 32, d, requires_grad=True)
     assert_paths_agree(name, m, x, "forward_cpu_kernel", "forward_portable", 1e-5, 1e-4)
 
 
@@ -279,7 +290,7 @@ def test_cpu_selective_scan_gradcheck_and_determinism():
 
 
 def test_cpu_kernel_path_is_recorded_and_a_failed_kernel_falls_back_loudly(monkeypatch):
-    """On the CPU, Mamba runs the fused scan and records it; where the kernel cannot be had (here a
+    """On the CPU, Mamba runs the fused mixer and records it; where the kernel cannot be had (here a
     module that does not exist), the portable path runs, with the same outputs, and the record
     quotes the reason: never a silent fallback."""
     monkeypatch.delenv(kernels.ENV, raising=False)
@@ -287,17 +298,16 @@ def test_cpu_kernel_path_is_recorded_and_a_failed_kernel_falls_back_loudly(monke
     _cpu_kernel_or_skip(lm.layers[0].mixer)
     x = torch.randint(0, 64, (B, L))
     y = lm(x)
-    (rec,) = kernels.paths_used(lm)
-    assert rec["op"] == "mamba.selective_scan_cpu" and rec["path"] == "kernel"
-    assert rec["package"].startswith("numba ") and "self-checked" in rec["reason"], rec
-    broken = kernels.Kernel(("numba",), "arrepro.models.cpu_kernels.no_such_kernel", "scan", "the portable chunked scan",
+    rec = {r["op"]: r for r in kernels.paths_used(lm)}["mamba.mamba_cpu"]
+    assert rec["path"] == "kernel" and rec["package"].startswith("numba ") and "self-checked" in rec["reason"], rec
+    broken = kernels.Kernel(("numba",), "arrepro.models.cpu_kernels.no_such_kernel", "mamba", "the portable chunked scan",
                             device="cpu")
-    monkeypatch.setitem(kernels.KERNELS, "selective_scan_cpu", broken)
+    monkeypatch.setitem(kernels.KERNELS, "mamba_cpu", broken)
     monkeypatch.setattr(kernels, "_cpu_checked", {})
     monkeypatch.setattr(kernels, "_decisions", {})
     lm2 = build_lm("mamba", layers=1)
     y2 = lm2(x)
-    (rec2,) = kernels.paths_used(lm2)
+    rec2 = {r["op"]: r for r in kernels.paths_used(lm2)}["mamba.mamba_cpu"]
     assert rec2["path"] == "portable" and "ModuleNotFoundError" in rec2["reason"], rec2
     assert rec2["reason"].endswith("the portable chunked scan")
     assert torch.allclose(y, y2, atol=1e-5)
@@ -305,12 +315,16 @@ def test_cpu_kernel_path_is_recorded_and_a_failed_kernel_falls_back_loudly(monke
 
 def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
     """The train rule's code digest and the checkpoint fingerprint (grid.train_sources) cover the
-    fused CPU kernel a mixer names and what that file imports, for that mixer's cells only."""
+    fused CPU kernel a mixer names and what that file imports, for that mixer's cells only, and
+    the kernels of the blocks every model has (ops.py's linear layer and short conv) for all."""
     from arrepro.catalogue import train_sources
 
     root = Path(__file__).resolve().parents[1]
-    kernel = {"src/arrepro/models/cpu_kernels/selective_scan_cpu.py", "src/arrepro/models/cpu_kernels/common.py",
-              "src/arrepro/models/cpu_kernels/__init__.py"}
-    assert kernel <= set(train_sources("mamba", root))
-    assert not kernel & set(train_sources("attention", root))
+    k = "src/arrepro/models/cpu_kernels/"
+    mamba = {k + "mamba_cpu.py", k + "selective_scan_cpu.py"}
+    shared = {k + f for f in ("linear_cpu.py", "short_conv_cpu.py", "common.py", "__init__.py")}  # ops.py's
+    assert mamba | shared <= set(train_sources("mamba", root))
+    assert shared | {k + "attention_cpu.py"} <= set(train_sources("attention", root))
+    assert not mamba & set(train_sources("attention", root))
+    assert not {k + "attention_cpu.py"} & set(train_sources("mamba", root))
     assert all((root / f).is_file() for f in train_sources("mamba", root))

@@ -40,13 +40,20 @@ def data(tmp_path_factory):
     return d
 
 
-def run(data, out: Path, caller_env: dict, pinned: bool) -> tuple[dict, dict, str]:
+# Hyena still reaches MKL (its implicit filters' small linear layers, under 128 rows, and its FFTs):
+# the model that shows MKL_CBWR's effect now that Mamba's and the big linear layers' products are
+# the fused kernels' own
+HYENA = {**SPEC, "model": "hyena", "model_def": {"mixer": "hyena", "position": "none", "mlp": True,
+                                                 "mixer_kwargs": {"order": 2, "filter_order": 64, "short_filter": 3}}}
+
+
+def run(data, out: Path, caller_env: dict, pinned: bool, spec: dict = SPEC) -> tuple[dict, dict, str]:
     """Train the cell in a fresh process whose environment has none of the pins but ``caller_env``:
     through scripts/train_cell.py (pinned) or by calling train_cell() directly (not pinned).
     Returns result.json, the trained weights and the run's output (its train.log)."""
     env = {k: v for k, v in os.environ.items() if k not in PINS}
     env.update(caller_env, PYTHONPATH=str(ROOT / "src"))
-    cell = json.dumps(SPEC)
+    cell = json.dumps(spec)
     run_file = out.parent / f"{out.name}-run.json"  # keep the final weights (arrepro.runfile)
     runfile.write(runfile.new([], [], keep_weights=True), run_file)
     cmd = ([sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", cell, "--data", str(data),
@@ -63,23 +70,25 @@ def identical(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-CALLERS = {"ATEN_CPU_CAPABILITY": ({"ATEN_CPU_CAPABILITY": "default"}, {"ATEN_CPU_CAPABILITY": "avx2"}),
-           "MKL_CBWR": ({"MKL_CBWR": "COMPATIBLE"}, {"MKL_CBWR": "AVX2"})}
+CALLERS = {"ATEN_CPU_CAPABILITY": ({"ATEN_CPU_CAPABILITY": "default"}, {"ATEN_CPU_CAPABILITY": "avx2"}, SPEC,
+                                   [("mamba.mamba_cpu", "kernel"), ("linear.linear_cpu", "kernel")]),
+           "MKL_CBWR": ({"MKL_CBWR": "COMPATIBLE"}, {"MKL_CBWR": "AVX2"}, HYENA,
+                        [("linear.linear_cpu", "kernel"), ("short_conv.short_conv_cpu", "kernel")])}
 
 
 @needs_avx2
 @pytest.mark.slow
 @pytest.mark.parametrize("variable", sorted(CALLERS))
 def test_unpinned_runs_differ_and_pinned_runs_are_bit_identical(data, tmp_path, variable):
-    a_env, b_env = CALLERS[variable]
+    a_env, b_env, spec, paths = CALLERS[variable]
     # without the pins, the caller's variable alone changes the trained weights (the CPU would too)
-    ua, wa, _ = run(data, tmp_path / "ua", a_env, pinned=False)
-    ub, wb, _ = run(data, tmp_path / "ub", b_env, pinned=False)
+    ua, wa, _ = run(data, tmp_path / "ua", a_env, pinned=False, spec=spec)
+    ub, wb, _ = run(data, tmp_path / "ub", b_env, pinned=False, spec=spec)
     assert ua["steps"] == ub["steps"] == 50
     assert not identical(wa, wb), f"{variable}: {a_env} and {b_env} gave the same weights without pinning"
     # with them, whatever the caller sets, the same bits
-    pa, va, _ = run(data, tmp_path / "pa", a_env, pinned=True)
-    pb, vb, _ = run(data, tmp_path / "pb", b_env, pinned=True)
+    pa, va, _ = run(data, tmp_path / "pa", a_env, pinned=True, spec=spec)
+    pb, vb, _ = run(data, tmp_path / "pb", b_env, pinned=True, spec=spec)
     assert identical(va, vb), f"{variable}: pinned runs differ between {a_env} and {b_env}"
     assert pa["final_test_loss"] == pb["final_test_loss"]
     assert ua["numerics"]["pinned"] is False and ub["numerics"]["pinned"] is False
@@ -87,7 +96,7 @@ def test_unpinned_runs_differ_and_pinned_runs_are_bit_identical(data, tmp_path, 
         assert r["numerics"]["pinned"] is True, r["numerics"]["problems"]
         assert r["numerics"]["cpu_capability"] == "AVX2" and r["numerics"]["threads"] == 1
         assert r["numerics"]["env"] == PINS and r["numerics"]["mkldnn"] is False
-        assert [(p["op"], p["path"]) for p in r["kernel_paths"]] == [("mamba.selective_scan_cpu", "kernel")]
+        assert sorted((p["op"], p["path"]) for p in r["kernel_paths"]) == sorted(paths)
 
 
 @needs_avx2
@@ -134,36 +143,83 @@ def test_a_resumed_cell_with_other_numerics_is_not_pinned():
 
 FUSED_BITS = """
 import hashlib, sys, torch
-from arrepro.models.cpu_kernels import common, selective_scan_cpu as k
+from arrepro.models.cpu_kernels import common
+
+def digest(*ts):
+    return hashlib.sha256(b"".join(t.detach().numpy().tobytes() for t in ts)).hexdigest()
+
+def grads_of(y, args):
+    return torch.autograd.grad(y.square().sum(), args)
+
 g = torch.Generator().manual_seed(0)
-B, L, E, N = 3, 29, 19, 16  # 19 channels: two stripes of 8 and a remainder
-args = [torch.rand(B, L, E, generator=g) * 0.2, -torch.rand(E, N, generator=g) * 4 - 0.1,
-        torch.randn(B, L, E, generator=g), torch.randn(B, L, N, generator=g), torch.randn(B, L, N, generator=g)]
-args = [a.requires_grad_() for a in args]
-dt, A, x, Bm, Cm = args
-y = k.selective_scan(x, dt, A, Bm, Cm)
-grads = torch.autograd.grad(y.square().sum(), args)
+out = {}
+if "scan" in sys.argv:
+    from arrepro.models.cpu_kernels import selective_scan_cpu as k
+    B, L, E, N = 3, 29, 19, 16  # 19 channels: two stripes of 8 and a remainder
+    args = [torch.rand(B, L, E, generator=g) * 0.2, -torch.rand(E, N, generator=g) * 4 - 0.1,
+            torch.randn(B, L, E, generator=g), torch.randn(B, L, N, generator=g), torch.randn(B, L, N, generator=g)]
+    args = [a.requires_grad_() for a in args]
+    dt, A, x, Bm, Cm = args
+    y = k.selective_scan(x, dt, A, Bm, Cm)
+    out["scan"] = digest(y, *grads_of(y, args))
+if "linear" in sys.argv:  # 131 rows (odd), 45 columns: a 32-wide tile, an 8-wide one, 5 scalar
+    from arrepro.models.cpu_kernels import linear_cpu as k
+    args = [torch.randn(131, 37, generator=g), torch.randn(45, 37, generator=g), torch.randn(45, generator=g)]
+    args = [a.requires_grad_() for a in args]
+    y = k.linear(*args)
+    out["linear"] = digest(y, *grads_of(y, args))
+if "attention" in sys.argv:  # two heads, length 11, strided inputs
+    from arrepro.models.cpu_kernels import attention_cpu as k
+    args = [torch.randn(2, 11, 2, 5, generator=g).transpose(1, 2).requires_grad_() for _ in range(3)]
+    y = k.attention(*args)
+    out["attention"] = digest(y, *grads_of(y, args))
+if "short_conv" in sys.argv:
+    from arrepro.models.cpu_kernels import short_conv_cpu as k
+    args = [torch.randn(3, 9, 19, generator=g), torch.randn(19, 4, generator=g), torch.randn(19, generator=g)]
+    args = [a.requires_grad_() for a in args]
+    y = k.short_conv(*args, True)
+    out["short_conv"] = digest(y, *grads_of(y, args))
+if "mamba" in sys.argv:  # the whole mixer at the demo's width, length 13
+    from arrepro.models.cpu_kernels import mamba_cpu as k
+    from arrepro.models.mixers.mamba import Mamba
+    m = Mamba(32, max_len=13)
+    with torch.no_grad():  # parameters from the generator (not torch's init, which may change between versions)
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    x = torch.randn(3, 13, 32, generator=g).requires_grad_()
+    args = [x, *m.parameters()]
+    y = k.mamba(x, *m.cpu_kernel_arguments())
+    out["mamba"] = digest(y, *grads_of(y, args))
 print(common.CODEGEN)
-print(hashlib.sha256(b"".join(t.detach().numpy().tobytes() for t in (y, *grads))).hexdigest())
+for name, h in out.items():
+    print(name, h)
 """
+KERNELS = ["scan", "linear", "attention", "short_conv", "mamba"]
 
 
 @needs_avx2
-def test_fused_cpu_kernel_gives_the_same_bits_from_its_sse2_and_avx2_builds():
-    """The fused scan compiled for plain x86-64 (SSE2, what a CPU without AVX2 runs) and with AVX2
-    (what this one runs) gives the same output and gradient bits: no FMA, no reassociation, sums
-    in a fixed order, its own exp. A build for this CPU's own features (numba's default target,
-    FMA available) runs too and says whether it differs (printed: LLVM contracts nothing without
-    a fast-math flag, so here it does not; the generic target does not rely on that)."""
+@pytest.mark.slow
+def test_fused_cpu_kernels_give_the_same_bits_from_their_sse2_and_avx2_builds():
+    """Every fused CPU kernel (the scan, the linear layer, attention, the short conv, the Mamba
+    mixer) compiled for plain x86-64 (SSE2, what a CPU without AVX2 runs: 4 lanes) and with AVX2
+    (what this one and every AVX-512 CPU runs: 8 lanes, the same instructions everywhere) gives
+    the same output and gradient bits: no FMA, no reassociation, sums in a fixed order, its own
+    exp and log. A build of the scan for this CPU's own features (numba's default target, FMA
+    available) runs too and says whether it differs (printed: LLVM contracts nothing without a
+    fast-math flag, so here it does not; the generic target does not rely on that)."""
     out = {}
     for isa in ("sse2", "avx2", "host"):
         env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
         env.update(PYTHONPATH=str(ROOT / "src"), ARREPRO_CPU_KERNEL_ISA=isa)
         code = FUSED_BITS if isa != "host" else "import numba\n" + FUSED_BITS  # numba first: host target
-        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        names = KERNELS if isa != "host" else ["scan"]
+        p = subprocess.run([sys.executable, "-c", code, *names], env=env, capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, p.stderr
-        out[isa] = p.stdout.split()
-    assert "(SSE2)" in " ".join(out["sse2"][:-1]) and "AVX2, no FMA" in " ".join(out["avx2"][:-1])
-    assert out["sse2"][-1] == out["avx2"][-1], "the SSE2 and AVX2 builds of the fused scan differ"
-    assert " host " in " ".join(out["host"][:-1])
-    print("host build (FMA allowed):", "same bits" if out["host"][-1] == out["avx2"][-1] else "other bits")
+        lines = p.stdout.splitlines()
+        out[isa] = (lines[0], dict(line.split() for line in lines[1:]))
+    assert "(SSE2)" in out["sse2"][0] and "AVX2, no FMA" in out["avx2"][0] and " host " in out["host"][0]
+    assert sorted(out["sse2"][1]) == sorted(KERNELS)
+    for name in KERNELS:
+        assert out["sse2"][1][name] == out["avx2"][1][name], f"the SSE2 and AVX2 builds of {name} differ"
+    print("host build of the scan (FMA allowed):", "same bits" if out["host"][1]["scan"] == out["avx2"][1]["scan"]
+          else "other bits")

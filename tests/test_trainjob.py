@@ -83,13 +83,15 @@ def test_a_missing_key_is_named(data, tmp_path):
 def test_arrepro_kernels_off_in_any_usual_spelling_disables_them(data, tmp_path, monkeypatch, value):
     monkeypatch.setenv("ARREPRO_KERNELS", value)
     r = train_cell(SPEC, data, tmp_path, log=lambda s: None)
-    assert [p["reason"] for p in r["kernel_paths"]] == [f"ARREPRO_KERNELS={value}"], r["kernel_paths"]
+    assert {p["reason"] for p in r["kernel_paths"]} == {f"ARREPRO_KERNELS={value}"}, r["kernel_paths"]
+    assert {p["path"] for p in r["kernel_paths"]} == {"portable"}
 
 
 def test_arrepro_kernels_on_leaves_the_choice_to_the_device(data, tmp_path, monkeypatch):
     monkeypatch.setenv("ARREPRO_KERNELS", "yes")
     r = train_cell(SPEC, data, tmp_path, log=lambda s: None)
-    assert [p["reason"] for p in r["kernel_paths"]] == ["CPU tensor"]
+    paths = {p["op"]: p["path"] for p in r["kernel_paths"]}  # on the CPU: the fused CPU kernels
+    assert paths == {"attention.attention_cpu": "kernel", "linear.linear_cpu": "kernel"}, r["kernel_paths"]
 
 
 def test_arrepro_kernels_of_another_value_is_refused_naming_the_variable(data, tmp_path):

@@ -119,13 +119,14 @@ def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
     path = _module_file(root, module)
     if path is not None:
         starts.append((path, module))
-        for f in _sources(root, ((path, module),)):  # a kernel named by any mixer file it imports
-            if f.startswith(f"{PACKAGE_DIR}/models/mixers/"):
-                for name in re.findall(r'^\s*cpu_kernel_name = "(\w+)"', (Path(root) / f).read_text(), re.M):
-                    kernel = f"{PACKAGE}.models.cpu_kernels.{name}"
-                    if _module_file(root, kernel) is not None:
-                        starts.append((_module_file(root, kernel), kernel))
-    return _sources(root, tuple(starts))
+    named = []
+    for f in _sources(root, tuple(starts)):  # a fused CPU kernel named by a model file (a mixer, ops.py)
+        if f.startswith(f"{PACKAGE_DIR}/models/"):
+            for name in re.findall(r'^\s*cpu_kernel_name = "(\w+)"', (Path(root) / f).read_text(), re.M):
+                kernel = f"{PACKAGE}.models.cpu_kernels.{name}"
+                if _module_file(root, kernel) is not None:
+                    named.append((_module_file(root, kernel), kernel))
+    return _sources(root, tuple(starts + list(dict.fromkeys(named))))
 
 
 NO_DEFAULT = object()  # a constructor argument without a literal default

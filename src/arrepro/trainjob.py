@@ -1,7 +1,7 @@
 """The command line of a training job (scripts/train_cell.py): one cell, its logs, its errors.
 
     train_cell.py --cell-json '{...}' --data DIR --out DIR [--threads N]
-                  [--train-log FILE] [--die-with-parent] [--run-file FILE]
+                  [--train-log FILE] [--die-with-parent] [--run-file FILE] [--server]
 
 Every progress line goes to standard output (the train rule sends it to the job's ``job.log``)
 and, with ``--train-log``, is appended to the cell's ``train.log`` (every attempt's history), by
@@ -25,6 +25,11 @@ running when its shell exits.
 and whether cells keep their final weights (arrepro.runfile). A forced cell trains from scratch,
 once per run (a retry resumes the forced attempt's checkpoint). Without it, nothing is forced and
 no weights are kept.
+
+``--server`` (the train rule's): a CPU cell trains in a child of the training server, which has
+started up once for every cell (``arrepro.trainserver``: the same code and numbers; this process
+stays as the job, forwarding signals and passing on the exit status); where there is no server
+(Slurm, a GPU cell, ``ARREPRO_TRAIN_SERVER=0``) the cell trains in this process.
 """
 from __future__ import annotations
 
@@ -92,7 +97,7 @@ def die_with_parent() -> None:
         sys.exit(f"{PROG}: error: the process that started this job (pid {parent}) has exited")
 
 
-def main(argv=None) -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description="Train one cell of the grid (see arrepro.trainjob).")
     ap.add_argument("--cell-json", required=True, help="the resolved cell spec (the train rule's param)")
     ap.add_argument("--data", required=True, help="folder with the task's train.npz and test.npz")
@@ -103,10 +108,40 @@ def main(argv=None) -> None:
                     help="stop (SIGTERM: checkpoint and exit) when the parent process dies (Linux)")
     ap.add_argument("--run-file", default=None,
                     help="the Snakemake run's file: whether it forces this cell, whether to keep its weights")
-    a = ap.parse_args(argv)
+    ap.add_argument("--server", action="store_true",
+                    help="train in a child of the training server (one start-up for many CPU cells; arrepro.trainserver)")
+    return ap
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = _parser().parse_args(argv)
     if a.die_with_parent:
         die_with_parent()
     log = JobLog(a.train_log)
+    if a.server:
+        from . import trainserver
+
+        why = trainserver.why_not(a.cell_json)
+        code = trainserver.run_via_server(argv, log) if why is None else None
+        if code is not None:
+            sys.exit(code)
+        if why:
+            log(f"training in this process, not the training server's: {why}")
+    sys.exit(_train(a, log))
+
+
+def train_here(argv: list[str]) -> int:
+    """Train the cell of ``argv`` in this process (a training server's child; ``--server`` is
+    ignored here): the exit status."""
+    a = _parser().parse_args(argv)
+    if a.die_with_parent:  # in a server's child: its parent is the server
+        die_with_parent()
+    return _train(a, JobLog(a.train_log))
+
+
+def _train(a: argparse.Namespace, log: JobLog) -> int:
+    """The cell of ``a``, trained here: 0, or 1 after an error (printed), or 3 after a signal."""
     from . import numerics, runfile
     from .cellfiles import METRICS, RESULT
 
@@ -114,7 +149,7 @@ def main(argv=None) -> None:
         run = runfile.read(a.run_file) if a.run_file else None
     except runfile.BadRunFile as e:
         log.error(f"{PROG}: error: {e}")
-        sys.exit(1)
+        return 1
     forced = run["run"] if run and runfile.forces(run, runfile.TRAIN_RULE, [os.path.join(a.out, RESULT),
                                                                              os.path.join(a.out, METRICS)]) else None
     numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
@@ -130,9 +165,12 @@ def main(argv=None) -> None:
                    keep_weights=bool(run and run["keep_weights"]))
     except (TrainError, NoSpace) as e:  # a clear message naming the file or key: no traceback
         log.error(f"{PROG}: error: {e}")
-        sys.exit(1)
+        return 1
+    except SystemExit as e:  # Preempted: a checkpoint after a signal
+        return e.code if isinstance(e.code, int) else 1
     except Exception:
         for line in traceback.format_exc().rstrip().splitlines():
             log(line)
         print(traceback.format_exc(), file=sys.stderr, end="", flush=True)
-        sys.exit(1)
+        return 1
+    return 0

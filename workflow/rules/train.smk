@@ -23,7 +23,8 @@ rule train:
     # job.log is this attempt's output; train.log gathers every attempt's (a resumed cell's history
     # stays): the script writes both itself, and its errors to the job's stderr, which Snakemake
     # shows (arrepro.trainjob). `exec`: the trainer's parent is the Snakemake running the job, and
-    # --die-with-parent stops it (with a checkpoint) if that Snakemake is killed.
+    # --die-with-parent stops it (with a checkpoint) if that Snakemake is killed. --server: a CPU
+    # cell trains in a child of the training server, one start-up for every cell (arrepro.trainserver).
     log:
         f"{CELL_PATTERN}/job.log",
     wildcard_constraints:
@@ -49,4 +50,4 @@ rule train:
     shell:
         "exec python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
         "--out {params.out:q} --threads {threads} --train-log {params.out:q}/train.log --die-with-parent "
-        "--run-file {params.run_file:q} > {log:q}"
+        "--run-file {params.run_file:q} --server > {log:q}"

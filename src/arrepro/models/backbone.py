@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import defaults
-from .ops import MLP, apply_rotary, rotary_tables, sinusoidal_table
+from .ops import MLP, TiedHead, apply_rotary, rotary_tables, sinusoidal_table, use_fused_linears
 from .registry import get_mixer
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope")
@@ -79,7 +79,9 @@ class LanguageModel(nn.Module):
             for i in range(n_layers)  # (a mixer that alternates by layer, Zoology's Hybrid, asks for its index)
         )
         self.norm_f = nn.LayerNorm(d_model)
+        self.head = TiedHead()  # logits = hidden @ embed.weight.T (no parameters of its own)
         self._init(n_layers)
+        use_fused_linears(self)  # every linear layer: the fused product on the CPU (ops.Linear)
 
     def _init(self, n_layers: int) -> None:
         for name, m in self.named_modules():
@@ -110,13 +112,13 @@ class LanguageModel(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits at every position (B, L, V)."""
-        return self.hidden(inputs) @ self.embed.weight.T
+        return self.head(self.hidden(inputs), self.embed.weight)
 
     def labelled_logits(self, inputs: torch.Tensor, labels: torch.Tensor):
         """Logits only where a label is set: (M, V) and the M targets. The loss and its
         gradients equal those of the full head with ignore_index, at a fraction of the cost."""
         mask = labels != IGNORE
-        return self.hidden(inputs, mask) @ self.embed.weight.T, labels[mask]
+        return self.head(self.hidden(inputs, mask), self.embed.weight), labels[mask]
 
     def loss(self, inputs: torch.Tensor, labels: torch.Tensor):
         logits, target = self.labelled_logits(inputs, labels)

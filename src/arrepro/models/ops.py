@@ -11,9 +11,11 @@ from .kernels import KernelMixer
 
 
 class ShortConv(KernelMixer):
-    """Depthwise causal 1-D convolution over time on (B, L, D); kernel path: causal-conv1d."""
+    """Depthwise causal 1-D convolution over time on (B, L, D); kernel path: causal-conv1d; on the
+    CPU the fused ``short_conv_cpu``."""
     op_name = "short_conv"
     kernel_name = "causal_conv1d_fn"
+    cpu_kernel_name = "short_conv_cpu"
 
     def __init__(self, dim: int, kernel_size: int = 3, bias: bool = True, activation: str | None = None):
         super().__init__()
@@ -37,6 +39,11 @@ class ShortConv(KernelMixer):
         if self.conv.bias is not None:
             y = y + self.conv.bias.to(x.dtype)
         return F.silu(y) if self.activation == "silu" else y
+
+    def forward_cpu_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        # fused on the CPU (arrepro/models/cpu_kernels/short_conv_cpu.py): the portable path's arithmetic
+        return self.kernel_function(self.cpu_kernel_name)(x, self.conv.weight[:, 0], self.conv.bias,
+                                                          self.activation == "silu")
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
         w = self.conv.weight.squeeze(1)
@@ -78,6 +85,44 @@ def sinusoidal_table(length: int, dim: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(pos * inv)
     table[:, 1::2] = torch.cos(pos * inv)[:, : dim // 2]
     return table
+
+
+class Linear(KernelMixer, nn.Linear):
+    """``nn.Linear`` (its parameters, names and init) whose CPU path is the fused product of
+    ``cpu_kernels/linear_cpu.py`` (kernel ``linear_cpu``: the same bits on every x86-64 CPU, ~3x
+    MKL's pinned branch); elsewhere, or where that kernel cannot run, ``F.linear``. The backbone
+    makes every ``nn.Linear`` of a model one of these (``use_fused_linears``)."""
+    op_name = "linear"
+    cpu_kernel_name = "linear_cpu"
+    kernel_name = cpu_kernel_name  # no CUDA kernel: on CUDA (a CPU kernel's refusal) F.linear
+
+    def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def forward_cpu_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernel_function(self.cpu_kernel_name)(x, self.weight, self.bias)
+
+
+class TiedHead(KernelMixer):
+    """``x @ weight.T`` for a weight owned elsewhere (the LM head tied to the token embeddings): the
+    path ``Linear`` takes, without parameters of its own (the state dict does not change)."""
+    op_name = "linear"
+    cpu_kernel_name = "linear_cpu"
+    kernel_name = cpu_kernel_name
+
+    def forward_portable(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, weight)
+
+    def forward_cpu_kernel(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return self.kernel_function(self.cpu_kernel_name)(x, weight)
+
+
+def use_fused_linears(module: nn.Module) -> None:
+    """Every plain ``nn.Linear`` inside ``module`` becomes a ``Linear`` in place (the same object,
+    parameters and state dict; only its forward dispatches): the mixers keep writing nn.Linear."""
+    for m in module.modules():
+        if type(m) is nn.Linear:
+            m.__class__ = Linear
 
 
 class MLP(nn.Module):

@@ -10,6 +10,11 @@ them), the AVX2 one ~3x faster. ``ARREPRO_CPU_KERNEL_ISA=sse2`` forces the basel
 """
 import os
 import sys
+import warnings
+
+# numba's internal "variable ... is not in scope" check trips over the inlined polynomials of
+# common.exp and common.log1p_pos when they compile (harmless: its own text says so)
+warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope", module=r"numba\.core\.ssa")
 
 ISA_ENV = "ARREPRO_CPU_KERNEL_ISA"
 ISA = {"sse2": "", "avx2": "+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+avx,+avx2,-fma,-fma4,-avx512f"}

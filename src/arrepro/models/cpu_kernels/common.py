@@ -18,7 +18,9 @@ Numerics, chosen so that a kernel's result is the same bits on every x86-64 CPU:
   [-87, 88] (fp32) or [-708, 709] (fp64): a decay exp(-87) ~ 2e-38 is zero for every purpose;
 * arithmetic in the input dtype (fp32 or fp64), constants passed in that dtype (``constants``),
   since numba promotes float32 with a Python float to float64.
-One thread (no ``parallel``): a cell runs on one core.
+One thread (no ``parallel``): a cell runs on one core. Kernels that divide compile with
+``error_model="numpy"`` (IEEE results, no ZeroDivisionError check): the check is a branch that
+keeps LLVM from vectorising the loop; the results are the same.
 """
 from __future__ import annotations
 
@@ -51,14 +53,20 @@ _DEGREE = 13  # Taylor degree of exp on |r| <= ln(2)/2: error 4e-18 (fp64); fp32
 
 def constants(dtype) -> np.ndarray:
     """The kernels' constants in the input dtype (so that fp32 arithmetic stays fp32): log2 e,
-    ln 2 split in two, the clamp of exp's argument, zero, the rounding constant, one, and the
-    Taylor coefficients 1/13! ... 1/0! (fp32 uses those from 1/7! on)."""
+    ln 2 split in two, the clamp of exp's argument, zero, the rounding constant, one, the
+    Taylor coefficients 1/13! ... 1/0! (fp32 uses those from 1/7! on); then 20 and the
+    coefficients 1/(2i + 1) of log1p_pos's series (``TWENTY``, ``LOG``)."""
     fp32 = np.dtype(dtype) == np.float32
     coef = [1.0 / float(np.prod(np.arange(1, i + 1, dtype=np.float64))) for i in range(_DEGREE, -1, -1)]
     hi = 0.693359375 if fp32 else _LN2_HI  # fp32: ln 2 to 9 bits, k * hi exact for |k| < 2^15
     lo_clamp, hi_clamp = (-87.0, 88.0) if fp32 else (-708.0, 709.0)
     magic = 1.5 * 2.0 ** (23 if fp32 else 52)  # x + magic - magic: x rounded to an integer
-    return np.array([_LOG2E, hi, _LN2 - hi, lo_clamp, hi_clamp, 0.0, magic, 1.0] + coef, dtype=dtype)
+    log_coef = [1.0 / (2 * i + 1) for i in range(13)]  # the series of atanh(s) / s in s^2 (log1p_pos)
+    return np.array([_LOG2E, hi, _LN2 - hi, lo_clamp, hi_clamp, 0.0, magic, 1.0] + coef + [20.0] + log_coef,
+                    dtype=dtype)
+
+
+TWENTY, LOG = 9 + _DEGREE, 10 + _DEGREE  # indices into constants()
 
 
 @intrinsic
@@ -109,6 +117,76 @@ def exp(z, K):
     return p * _pow2(k, z)
 
 
+
+
+@intrinsic
+def _split(typingctx, x):
+    """(m, e) with x = m 2^e and m in [sqrt(1/2), sqrt(2)), e a whole number in x's float type,
+    for a positive normal x: the exponent bits read, the mantissa bits given the exponent of 1, or
+    of 1/2 where they exceed sqrt(2)'s (LLVM bitcasts and selects: exact, and no branch)."""
+    if x == types.float32:
+        ity, bias, shift = types.int32, 127, 23
+        sqrt2 = int(np.float32(2.0 ** 0.5).view(np.int32)) & ((1 << 23) - 1)
+    elif x == types.float64:
+        ity, bias, shift = types.int64, 1023, 52
+        sqrt2 = int(np.float64(2.0 ** 0.5).view(np.int64)) & ((1 << 52) - 1)
+    else:
+        return None
+    mant = (1 << shift) - 1
+
+    def codegen(context, builder, sig, args):
+        lty, fty = context.get_value_type(ity), context.get_value_type(x)
+        bits = builder.bitcast(args[0], lty)
+        frac = builder.and_(bits, lty(mant))
+        big = builder.icmp_unsigned(">", frac, lty(sqrt2))
+        e = builder.sub(builder.lshr(bits, lty(shift)), lty(bias))
+        e = builder.select(big, builder.add(e, lty(1)), e)
+        top = builder.select(big, lty((bias - 1) << shift), lty(bias << shift))
+        m = builder.bitcast(builder.or_(frac, top), fty)
+        return context.make_tuple(builder, sig.return_type, [m, builder.sitofp(e, fty)])
+
+    return types.UniTuple(x, 2)(x), codegen
+
+
+def _log_series(s2, K):
+    """1 + s2/3 + s2^2/5 + ... by Horner in s2's dtype: to s2^6 (fp32), s2^12 (fp64)."""
+
+
+@overload(_log_series, jit_options={"cache": True}, inline="always")
+def _log_series_impl(s2, K):
+    terms = 6 if s2 == types.float32 else 12
+
+    def horner(s2, K):
+        p = K[LOG + terms]
+        for i in range(terms - 1, -1, -1):
+            p = p * s2 + K[LOG + i]
+        return p
+    return horner
+
+
+@njit(cache=True, inline="always")
+def log1p_pos(y, K):
+    """log(1 + y) for finite y >= 0, to ~2 ulp, the same bits on every IEEE machine: w = 1 + y =
+    m 2^e with m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s), s = (m - 1)/(m + 1), by its series;
+    e ln 2 in two parts; the rounding of 1 + y corrected by (y - (w - 1)) / w."""
+    w = K[7] + y
+    m, e = _split(w)
+    s = (m - K[7]) / (m + K[7])
+    t = s + s
+    return e * K[1] + (t * _log_series(s * s, K) + e * K[2]) + (y - (w - K[7])) / w
+
+
+@njit(cache=True, inline="always")
+def sigmoid(x, K):
+    """1 / (1 + exp(-x)), with ``exp``."""
+    return K[7] / (K[7] + exp(-x, K))
+
+
+@njit(cache=True, inline="always")
+def softplus(x, K):
+    """torch's softplus (beta 1, threshold 20): x above 20, else log(1 + exp(x)) by ``log1p_pos``."""
+    v = log1p_pos(exp(x if x < K[TWENTY] else K[TWENTY], K), K)  # computed either way: a select, not a branch
+    return x if x > K[TWENTY] else v
 
 
 K = {np.dtype(np.float32): constants(np.float32), np.dtype(np.float64): constants(np.float64)}

@@ -4,6 +4,7 @@ convolutions on the Q, K and/or V paths (the paper's "Attention + Conv", Sec. 7)
 Portable path: ``torch.nn.functional.scaled_dot_product_attention``.
 Kernel path:   ``flash_attn.flash_attn_func`` on CUDA in a bf16/fp16 run, head dim <= 256
                (``arrepro.models.kernels`` decides and records why).
+CPU kernel:    ``cpu_kernels/attention_cpu.py`` (numba) on the CPU without dropout.
 Reference:     explicit masked softmax.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ REQUIRES = (
 class Attention(KernelMixer):
     supports_rope = True
     kernel_name = "flash_attn_func"
+    cpu_kernel_name = "attention_cpu"
 
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 1, dropout: float = 0.0,
                  rope: bool = False, conv: str = "", conv_size: int = 3):
@@ -66,12 +68,17 @@ class Attention(KernelMixer):
         return self.out_proj(y.transpose(1, 2).flatten(2))
 
     def kernel_call(self) -> dict:
-        return {"head_dim": self.dh}
+        return {"head_dim": self.dh, "dropout": self.dropout if self.training else 0.0}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward_portable")
         p = self.dropout if self.training else 0.0
         return self._out(F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True))
+
+    def forward_cpu_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        # the fused causal attention on the CPU (arrepro/models/cpu_kernels/attention_cpu.py); no dropout
+        q, k, v = self._qkv(x, "forward")
+        return self._out(self.kernel_function(self.cpu_kernel_name)(q, k, v))
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward")

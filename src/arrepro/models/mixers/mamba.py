@@ -30,8 +30,8 @@ Three paths over the same parameters:
 * ``forward_kernel``: mamba-ssm's ``selective_scan_fn`` (CUDA) and causal-conv1d, used by
   ``forward`` on CUDA when installed (``arrepro.models.kernels`` decides and records why); the
   block is ours, so the ablations work there too.
-* ``forward_cpu_kernel``: the portable block around a fused CPU scan (numba,
-  ``arrepro.models.cpu_kernels.selective_scan_cpu``: one pass over the sequence with the states in
+* ``forward_cpu_kernel``: the whole mixer fused on the CPU (numba, ``arrepro.models.cpu_kernels.mamba_cpu``,
+  around the fused scan of ``selective_scan_cpu``: one pass over the sequence with the states in
   cache), used by ``forward`` on the CPU where it compiles and passes its self-check.
 """
 from __future__ import annotations
@@ -163,7 +163,7 @@ REQUIRES = (
 @register("mamba")
 class Mamba(KernelMixer):
     kernel_name = "selective_scan_fn"
-    cpu_kernel_name = "selective_scan_cpu"
+    cpu_kernel_name = "mamba_cpu"
     chunk_size: int | None = None  # portable scan: steps per chunk; None: about sqrt(L)
 
     def __init__(self, d_model: int, *, max_len: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
@@ -230,8 +230,15 @@ class Mamba(KernelMixer):
         return self._output(y, z)
 
     def forward_cpu_kernel(self, u: torch.Tensor) -> torch.Tensor:
-        # the portable block around the fused CPU scan (arrepro/models/cpu_kernels/selective_scan_cpu.py)
-        return self.forward_portable(u, scan=self.kernel_function(self.cpu_kernel_name))
+        # the whole mixer fused on the CPU (arrepro/models/cpu_kernels/mamba_cpu.py)
+        return self.kernel_function(self.cpu_kernel_name)(u, *self.cpu_kernel_arguments())
+
+    def cpu_kernel_arguments(self) -> tuple:
+        """The parameters as the fused CPU mixer takes them (the conv's weight (E, k), or None)."""
+        conv = self.conv1d.conv if self.conv1d is not None else None
+        return (self.in_proj.weight, conv.weight[:, 0] if conv is not None else None,
+                conv.bias if conv is not None else None, self.x_proj.weight, self.dt_proj.weight, self.dt_proj.bias,
+                self.A_log, self.D, self.out_proj.weight)
 
     def forward_kernel(self, u: torch.Tensor) -> torch.Tensor:
         # conv path "forward": ShortConv runs causal-conv1d on CUDA when that is installed

@@ -1,0 +1,334 @@
+"""One start-up for many CPU cells: a training server that forks a fresh process per cell.
+
+A CPU cell used to pay for its own start: Python, torch's import, numba loading the fused CPU
+kernels and each kernel's self-check, 3-4 CPU-seconds of a demo cell's 15-30. The train rule's
+jobs (``train_cell.py --server``) instead ask a server that has done all that once: it forks a
+child per cell, and the child trains the cell exactly as ``train_cell.py`` would in its own
+process (``trainjob.train_here``: the same code, from the same state: nothing trains in the
+server, so every child starts from the state it had after its start-up; every seed is set by
+the cell). Each job is still one cell: Snakemake's outputs, rerun decisions, logs and
+checkpoints per cell are what they were.
+
+The job's process (the client) stays for the whole run: it hands the server its standard output
+and error (the child writes ``job.log`` itself, through them), forwards SIGTERM, SIGINT and
+SIGHUP to the child (which checkpoints and exits 3 as ever), and exits with the child's status.
+If the client dies (``kill -9``), the server sees its connection close and sends the child
+SIGTERM; ``--die-with-parent`` still applies to the client, so Snakemake's death reaches the child.
+
+Where: a Unix socket in Linux's abstract namespace (no file; per machine, so never shared by
+nodes over a network file system), named by the user id and ``server_key``: a digest of the
+package's source files, the interpreter, and the environment variables read at import time
+(NUMBA_*, ARREPRO_CPU_KERNEL_ISA, PYTHONPATH). Edited code or another environment gets another
+server; an idle one exits after ``IDLE_SECONDS``. Only the same user may connect (SO_PEERCRED).
+The first client starts the server (``python -m arrepro.trainserver``, its log in the temporary
+directory) under a lock, and waits for it. No server where it cannot work or would not help:
+not on Linux, inside a Slurm job (its processes end with the job), ``ARREPRO_TRAIN_SERVER=0``, a
+cell that is not on the CPU; a server that cannot be had: the job trains in its own process and
+its log says why.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENV = "ARREPRO_TRAIN_SERVER"  # 0 (false, no, off): every job trains in its own process
+IDLE_ENV = "ARREPRO_TRAIN_SERVER_IDLE"  # seconds an idle server waits before it exits (tests: a few)
+IDLE_SECONDS = 120
+START_SECONDS = 600  # a fresh clone's first start compiles the fused kernels (minutes on a loaded machine)
+IMPORT_ENV = ("PYTHONPATH", "ARREPRO_CPU_KERNEL_ISA", IDLE_ENV)  # and every NUMBA_* variable
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def server_key() -> str:
+    """What a server must share with a job to train its cell: the package's code (every .py file
+    under it, and scripts/train_cell.py where it is at hand), the interpreter, and the import-time
+    environment."""
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    files = sorted(pkg.rglob("*.py")) + [p for p in [pkg.parents[1] / "scripts" / "train_cell.py"] if p.exists()]
+    for f in files:
+        h.update(str(f).encode() + b"\0" + f.read_bytes() + b"\0")
+    env = {k: v for k, v in sorted(os.environ.items()) if k in IMPORT_ENV or k.startswith("NUMBA_")}
+    h.update(json.dumps([sys.executable, sys.version, env]).encode())
+    return h.hexdigest()[:20]
+
+
+def _address(key: str) -> str:
+    return f"\0arrepro-trainer-{os.getuid()}-{key}"
+
+
+def _side_file(key: str, ext: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"arrepro-trainer-{os.getuid()}-{key}.{ext}"
+
+
+def why_not(spec_json: str) -> str | None:
+    """Why this job trains in its own process rather than through a server (None: it may use one)."""
+    if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off"):
+        return f"{ENV}={os.environ[ENV]}"
+    if not sys.platform.startswith("linux"):
+        return "not Linux (the server's socket is in Linux's abstract namespace)"
+    if os.environ.get("SLURM_JOB_ID"):
+        return "inside a Slurm job (a server would end with the job)"
+    try:
+        device = json.loads(spec_json).get("device", "cpu")
+    except (ValueError, AttributeError):
+        return "the cell spec is not a JSON object (the trainer reports it)"
+    return None if device == "cpu" else f"device {device!r}: the server trains CPU cells"
+
+
+# ------------------------------------------------------------------------------------- the client
+def _send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
+    """One message: a line of JSON (with ``fds`` passed along, SCM_RIGHTS)."""
+    socket.send_fds(sock, [json.dumps(message).encode() + b"\n"], list(fds))
+
+
+def _recv_request(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    """A client's request (one line of JSON) and the two file descriptors it came with."""
+    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+    while data and not data.endswith(b"\n"):
+        more = sock.recv(1 << 16)
+        if not more:
+            return None, fds
+        data += more
+    return (json.loads(data) if data else None), fds
+
+
+def _connect(key: str) -> socket.socket | None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(_address(key))
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def _start(key: str, log) -> socket.socket | None:
+    """The server's connection, starting the server if none answers (under a lock: one start)."""
+    sock = _connect(key)
+    if sock is not None:
+        return sock
+    with open(_side_file(key, "lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sock = _connect(key)
+        if sock is not None:
+            return sock
+        with open(_side_file(key, "log"), "a") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "arrepro.trainserver", key], stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        log(f"started a training server (pid {proc.pid}; its log: {_side_file(key, 'log')})")
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            sock = _connect(key)
+            if sock is not None:
+                return sock
+            if proc.poll() is not None:
+                log(f"the training server exited with status {proc.returncode} before it answered "
+                    f"(see {_side_file(key, 'log')})")
+                return None
+            time.sleep(0.05)
+        log(f"the training server did not answer within {START_SECONDS} s")
+        return None
+
+
+def run_via_server(argv: list[str], log) -> int | None:
+    """Train the cell of ``argv`` (train_cell.py's arguments) in a child of the server: its exit
+    status, or None where no server could be had (the caller then trains in its own process)."""
+    key = server_key()
+    try:
+        sock = _start(key, log)
+    except OSError as e:
+        log(f"no training server ({e}): training in this process")
+        return None
+    if sock is None:
+        return None
+    child = {"pid": None, "pending": None}
+
+    def forward(signum, _frame):
+        if child["pid"] is None:
+            child["pending"] = signum  # sent once the child's pid is known
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child["pid"], signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        with sock, sock.makefile("rb") as replies:
+            _send(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, [1, 2])
+            for line in replies:
+                message = json.loads(line)
+                if "pid" in message:
+                    child["pid"] = message["pid"]
+                    if child["pending"] is not None:
+                        forward(child["pending"], None)
+                if "exit" in message:
+                    log(f"the cell's process (pid {child['pid']}, a child of the training server) used "
+                        f"{message.get('cpu_seconds', float('nan')):.2f} CPU-seconds")
+                    return int(message["exit"])
+            print("train_cell.py: error: the training server closed the connection before the cell ended "
+                  f"(see {_side_file(key, 'log')})", file=sys.stderr, flush=True)
+            return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# ------------------------------------------------------------------------------------- the server
+def _warm_up() -> None:
+    """What a child would otherwise do first: pin the numerics, import torch and the trainer,
+    compile (or load) and self-check every fused CPU kernel in fp32, and take one training step
+    of a small model of every mixer (its lazy imports, AdamW's among them, and the kernels'
+    compiled variants for the layouts training hands them); digest the sources a checkpoint's
+    fingerprint reads. Nothing here touches a child's numbers: each cell seeds what it draws."""
+    from . import numerics
+
+    numerics.pin_environment()
+    import torch
+
+    from . import train
+    from .models import LanguageModel, kernels
+    from .models.registry import available_mixers
+
+    numerics.settle()
+    for name, k in kernels.KERNELS.items():
+        if k.device == "cpu":
+            kernels._cpu_kernel(name, torch.float32)
+    repo = Path(train.__file__).resolve().parents[2]  # as train.fingerprint reads the sources (memoised)
+    train.source_digest(train.DATA_SOURCES, repo)
+    for mixer in available_mixers():
+        try:
+            train.source_digest(train.train_sources(mixer, repo), repo)
+            model = LanguageModel(vocab_size=16, d_model=16, n_layers=2, max_len=8, mixer=mixer)
+            opt = model.configure_optimizer(lr=1e-3, weight_decay=0.1, fused=True)
+            x = torch.randint(0, 16, (2, 8))
+            loss, _, _ = model.loss(x, x)
+            loss.backward()
+            opt.step()
+            train.evaluate(model, x, x, 2, torch.device("cpu"), train.autocast_for("fp32", torch.device("cpu")))
+        except Exception as e:  # noqa: BLE001 - a mixer that cannot warm up here only stays cold
+            print(f"warm-up of {mixer}: {type(e).__name__}: {e}", flush=True)
+
+
+def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int], others: list) -> None:
+    """In the forked child: the client's standard output and error, directory and environment,
+    then the cell as train_cell.py trains it. Never returns."""
+    code = 1
+    try:
+        for s in [listener, conn, *others]:
+            s.close()
+        for target, fd in zip((1, 2), fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        for sig in (*FORWARDED, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        from . import numerics, trainjob
+
+        numerics.pin_environment()  # the pins, as in the server (whose torch read them)
+        sys.argv = ["train_cell.py", *request["argv"]]
+        code = trainjob.train_here(request["argv"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a child must never return into the server's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(key: str) -> None:
+    """Warm up, listen, fork a child per request, tell each client its child's pid and exit
+    status; SIGTERM a child whose client has gone; exit when idle for ``IDLE_SECONDS`` (or
+    ``ARREPRO_TRAIN_SERVER_IDLE``)."""
+    _warm_up()
+    idle = float(os.environ.get(IDLE_ENV) or IDLE_SECONDS)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(_address(key))
+    listener.listen(64)
+    print(f"training server {key} pid {os.getpid()} listening", flush=True)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    children: dict[int, socket.socket] = {}  # pid -> its client's connection
+    idle_since = time.monotonic()
+    while children or time.monotonic() - idle_since < idle:
+        for skey, _ in sel.select(timeout=0.2):
+            if skey.fileobj is listener:
+                conn, _ = listener.accept()
+                pid = _accept(conn, listener, list(children.values()))
+                if pid is None:
+                    conn.close()
+                    continue
+                children[pid] = conn
+                sel.register(conn, selectors.EVENT_READ, pid)
+            else:  # a client wrote, or hung up: its cell stops (SIGTERM: checkpoint and exit)
+                pid = skey.data
+                with contextlib.suppress(OSError):
+                    if skey.fileobj.recv(1):
+                        continue
+                sel.unregister(skey.fileobj)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        while children:
+            try:
+                pid, status, usage = os.wait3(os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = children.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    _send(conn, {"exit": os.waitstatus_to_exitcode(status), "cpu_seconds": usage.ru_utime + usage.ru_stime})
+                with contextlib.suppress(KeyError, ValueError):
+                    sel.unregister(conn)
+                conn.close()
+            idle_since = time.monotonic()
+    print(f"training server {key}: idle for {idle:g} s, exiting", flush=True)
+
+
+def _accept(conn: socket.socket, listener: socket.socket, others: list) -> int | None:
+    """Check the caller (the same user), read its request, fork its child; the child's pid."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    if struct.unpack("3i", creds)[1] != os.getuid():
+        return None
+    try:
+        request, fds = _recv_request(conn)
+    except (OSError, ValueError):
+        return None
+    if request is None or len(fds) != 2:
+        for fd in fds:
+            os.close(fd)
+        return None
+    pid = os.fork()
+    if pid == 0:
+        _child(conn, listener, request, fds, others)
+    for fd in fds:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        _send(conn, {"pid": pid})
+    return pid
+
+
+if __name__ == "__main__":  # pragma: no cover - started by run_via_server
+    serve(sys.argv[1])
