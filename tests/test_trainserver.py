@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from arrepro import checkpoint
+from arrepro import runfile
 from arrepro.data import save_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,10 +41,13 @@ def data(tmp_path_factory):
 
 
 def job(cell: dict, data, out: Path, server: bool) -> subprocess.Popen:
-    """The train rule's command on ``cell`` (with or without --server)."""
-    cmd = [sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", json.dumps(cell), "--data", str(data),
-           "--out", str(out), "--threads", "1", "--train-log", str(out / "train.log"), "--die-with-parent"]
+    """The train rule's command on ``cell`` (with or without --server), keeping the final weights."""
     out.mkdir(parents=True, exist_ok=True)
+    run_file = out / "run.json"
+    runfile.write(runfile.new([], [], keep_weights=True), run_file)
+    cmd = [sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", json.dumps(cell), "--data", str(data),
+           "--out", str(out), "--threads", "1", "--train-log", str(out / "train.log"), "--die-with-parent",
+           "--run-file", str(run_file)]
     return subprocess.Popen(cmd + (["--server"] if server else []), env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -60,7 +63,7 @@ def numbers(out: Path) -> tuple[dict, list, dict]:
     result = {k: v for k, v in json.loads((out / "result.json").read_text()).items() if k not in TIMING}
     rows = [{k: v for k, v in json.loads(line).items() if k not in TIMING}
             for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return result, rows, checkpoint.load(out / "checkpoint.pt", "cpu")["model"]
+    return result, rows, torch.load(out / "weights.pt", map_location="cpu", weights_only=True)
 
 
 def test_cells_through_the_server_have_the_numbers_of_cells_trained_alone(data, tmp_path):

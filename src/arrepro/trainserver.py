@@ -206,7 +206,7 @@ def _warm_up() -> None:
         if k.device == "cpu":
             kernels._cpu_kernel(name, torch.float32)
     repo = Path(train.__file__).resolve().parents[2]  # as train.fingerprint reads the sources (memoised)
-    train.source_digest(train.DATA_SOURCES, repo)
+    train.source_digest(train.data_sources(repo), repo)
     for mixer in available_mixers():
         try:
             train.source_digest(train.train_sources(mixer, repo), repo)
