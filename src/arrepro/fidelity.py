@@ -70,7 +70,7 @@ def _lrs(c, exp, i):
 
 
 def _searches_used(c):
-    return sorted({g["search"] for e in _scale(c)["experiments"].values() for g in e["grids"] if "search" in g})
+    return sorted({g["search"] for e in _scale(c)["experiments"].values() for g in e["grids"] if g.get("search")})
 
 
 def _search_text(c, name):

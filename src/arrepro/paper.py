@@ -282,7 +282,7 @@ def searched(g: dict, meta: dict) -> dict | None:
     for a fixed grid."""
     from .grid import schema_defaults
 
-    if meta.get("lr_protocol", "search") != "search" or "search" not in g:
+    if meta.get("lr_protocol", "search") != "search" or not g.get("search"):
         return None
     return {**schema_defaults("search"), **meta["lr_searches"][g["search"]]}
 

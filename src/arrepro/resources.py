@@ -566,8 +566,9 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
               f"{k['cells_max']:5d} cells, {k['gpu_hours_estimated_max']:6.0f} GPU-hours")
     print(f"  the fixed grid (lr_protocol: grid, every lr on every seed): {pp['cells_fixed_grid']} cells, "
           f"{pp['gpu_hours_estimated_fixed_grid']:.0f} GPU-hours estimated ({pp['gpu_hours_requested_fixed_grid']:.0f} requested)")
-    print(f"  the protocol at most, against the fixed grid: {pp['ratio_cells_to_fixed_grid']:.2f} of its cells, "
-          f"{pp['ratio_gpu_hours_to_fixed_grid']:.2f} of its GPU-hours")
+    if pp["gpu_hours_estimated_fixed_grid"] > 0:  # (a CPU scale's cells use no GPU)
+        print(f"  the protocol at most, against the fixed grid: {pp['ratio_cells_to_fixed_grid']:.2f} of its cells, "
+              f"{pp['ratio_gpu_hours_to_fixed_grid']:.2f} of its GPU-hours")
     searches_r0 = None
     for n in dict.fromkeys((1, a.cells_per_gpu)):
         from .rounds import Searches
