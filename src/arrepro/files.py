@@ -93,37 +93,78 @@ def job_log(sm):
     """Run a Snakemake ``script:`` job's body with its stdout, stderr (warnings included) and
     any traceback written to the job's log (``sm.log[0]``), plus what it read and wrote."""
     t0 = time.perf_counter()
+    refused = None
     with open(sm.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         print(f"rule {sm.rule}{dict(sm.wildcards.items()) or ''}: {len(sm.input)} input file(s)", flush=True)
+        from .digest import CodeChanged, check_planned_code
+
         try:
+            code = getattr(sm.params, "code", None)
+            if isinstance(code, str):
+                check_planned_code(code)  # the sources are still those the job was planned with
             yield
+        except (CannotWrite, CodeChanged) as e:  # a full disk, a read-only folder, edited code: one line
+            refused = e
+            print(f"error: {e}", file=log)
         except BaseException:
             traceback.print_exc(file=log)
             log.flush()
             raise
-        print(f"wrote {', '.join(map(str, sm.output))} in {time.perf_counter() - t0:.2f} s", file=log)
+        else:
+            print(f"wrote {', '.join(map(str, sm.output))} in {time.perf_counter() - t0:.2f} s", file=log)
     sys.stdout.flush()
+    if refused is not None:
+        sys.exit(f"error: {refused}")
 
 
-class NoSpace(RuntimeError):
+class CannotWrite(RuntimeError):
+    """A write the file system refused (a full disk, a read-only folder); the message is one line
+    naming the file. Jobs print it without a traceback."""
+
+
+class NoSpace(CannotWrite):
     """A write that found the disk (or the quota) full; the message names the file."""
+
+
+class NotWritable(CannotWrite):
+    """A write into a folder that is read-only (permissions, a read-only mount, an immutable
+    folder); the message names the file."""
 
 
 def atomic_write(path, write) -> None:
     """``write(tmp)``, then rename ``tmp`` to ``path``: a reader sees the old file or the new one,
     never half of one. If anything fails, the ``.tmp`` file is removed; a full disk is NoSpace
-    naming ``path``. The one way this project writes a file that others read."""
+    and a read-only folder NotWritable, each naming ``path``. The one way this project writes a
+    file that others read."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _cannot_write(path, e) or e
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # hidden, and one per writer
     try:
         write(tmp)
         os.replace(tmp, path)
     except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpace(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left") from e
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # (a folder that became read-only keeps no .tmp file of ours anyway)
+            pass
+        refused = _cannot_write(path, e)
+        if refused:
+            raise refused from e
         raise
+
+
+def _cannot_write(path: Path, e: BaseException) -> CannotWrite | None:
+    if not isinstance(e, OSError):
+        return None
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return NoSpace(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left")
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NotWritable(f"cannot write {path}: its folder {path.parent} is read-only ({e.strerror}); nothing "
+                           "written. Make the folder writable again, then run the workflow again")
+    return None
 
 
 def write_text_atomic(path, text: str) -> None:

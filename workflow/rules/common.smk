@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from arrepro import resources as cluster  # wall time, memory, groups and GPU packs of a cell
 from arrepro import rounds as lr_rounds
 from arrepro.cellfiles import CellBusy, start_over
-from arrepro.digest import source_digest
+from arrepro.digest import record_planned, source_digest
 from arrepro.catalogue import DATA_SOURCES, train_sources
 from arrepro.checks import load_grid
 from arrepro.grid import CELL_PATTERN, ConfigError, one_of
@@ -36,8 +36,12 @@ CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
 def code(*paths):
     """A digest of these source files' code (comments, docstrings, formatting ignored). Rules
     record it as a param instead of declaring the files as inputs: Snakemake reruns a job when
-    its params change, so a comment edit reruns nothing and a code edit exactly its jobs."""
-    return source_digest(paths, ROOT)
+    its params change, so a comment edit reruns nothing and a code edit exactly its jobs. The
+    jobs check that their code still has this digest when they start (arrepro.digest:
+    record_planned, check_planned_code): an edit while the workflow runs stops them."""
+    digest = source_digest(paths, ROOT)
+    record_planned(paths, digest, ROOT)
+    return digest
 
 
 @functools.lru_cache(maxsize=None)
