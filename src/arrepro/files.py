@@ -33,6 +33,48 @@ def read_json(path) -> dict:
         return json.loads(Path(path).read_text())
 
 
+# -- sealed JSON files: their own checksum inside ----------------------------------------------
+SEAL = "sha256"
+
+
+def json_sha256(obj: dict) -> str:
+    """The sha256 of ``obj``'s canonical JSON (sorted keys, no spaces) without its ``SEAL`` key:
+    what a sealed file's seal is. It tells the file its writer wrote from a truncated, damaged or
+    hand-edited one; it is not a signature (anyone can recompute it: see cellfiles for what the
+    readers check beyond it)."""
+    body = {k: v for k, v in obj.items() if k != SEAL}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def seal_json(obj: dict) -> dict:
+    return {**obj, SEAL: json_sha256(obj)}
+
+
+def sealed_problem(path) -> tuple[dict | None, str | None]:
+    """(the object, None) for a sealed JSON file that is intact; (None, why) for one that cannot
+    be read, is not JSON, has no seal or a seal that does not match its contents."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        return None, f"cannot read it ({type(e).__name__}: {e})"
+    except ValueError as e:
+        return None, f"not valid JSON (half-written or damaged: {e})"
+    if not isinstance(obj, dict):
+        return None, "not a JSON object"
+    if SEAL not in obj:
+        return None, "no checksum (not written by this version of the workflow)"
+    if obj[SEAL] != json_sha256(obj):
+        return None, "its contents differ from what its job wrote (sha256 mismatch: edited or damaged since)"
+    return obj, None
+
+
+def write_sealed_json(path, obj: dict) -> dict:
+    """Write ``obj`` with its seal, atomically; returns what was written."""
+    sealed = seal_json(obj)
+    write_json_atomic(path, sealed)
+    return sealed
+
+
 def read_csv(path, **kwargs):
     import pandas as pd  # (the search's round jobs import this module and need no pandas)
 

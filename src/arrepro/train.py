@@ -13,7 +13,9 @@ garbled or truncated one is reported and the cell starts over. It is used only i
 matches: the cell spec, the bytes of the task's data files, and the code (comments and docstrings
 aside) that trains the cell and that generated its data; so new data, an edited model or
 ``--forcerun`` never resume a stale run.
-``result.json`` is written last, atomically: its presence means the cell is finished; it carries
+``metrics.jsonl`` and then ``result.json`` are written when the cell ends (the checkpoint carries the
+metrics until then: a job that fails leaves no output for Snakemake to remove, in a folder that may
+have become read-only), atomically: result.json's presence means the cell is finished; it carries
 the checksums of itself and of ``metrics.jsonl`` (``arrepro.cellfiles``, which reads them back). A
 write that fails (a full disk: "no space left on <path>") leaves no ``.tmp`` file behind.
 One process at a time trains a cell (``cellfiles.CellLock``); the spec is checked before anything
@@ -439,7 +441,7 @@ def _train_epoch(run: Run, st: TrainState, stop: dict, stop_after_steps: int | N
 
 def _end_epoch(run: Run, st: TrainState) -> None:
     """Evaluate on the whole test set, record the epoch's row, decide whether to stop early,
-    and write the metrics and the checkpoint."""
+    and write the checkpoint (which carries the metrics so far)."""
     ep, xte, yte = st.epoch, run.data[2], run.data[3]
     ev = evaluate(run.model, xte, yte, max(run.spec["batch_size"], 256), run.device, run.autocast)
     row = {"epoch": ep + 1, "step": st.step, "lr": run.opt.param_groups[0]["lr"],
@@ -458,8 +460,7 @@ def _end_epoch(run: Run, st: TrainState) -> None:
     stop_at = run.recipe["early_stop_accuracy"]
     if stop_at is not None and ev["test_accuracy"] >= stop_at:
         st.done = True
-    _write_metrics(run, st)
-    _save(run, st)
+    _save(run, st)  # (metrics.jsonl is written with result.json: a job that fails leaves neither)
 
 
 def _finish(run: Run, st: TrainState) -> dict:
