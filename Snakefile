@@ -37,11 +37,11 @@ report: "workflow/report/workflow.rst"  # `make report`: results/{scale}/report.
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/preflight.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/gpushare.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/search.smk"
+include: "workflow/rules/preflight.smk"  # before the DAG: what the run needs, what it must rebuild
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"

@@ -26,6 +26,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -344,10 +345,29 @@ def force_rebuild(paths) -> bool:
 
 
 # --------------------------------------------------------------------------- the workflow's hook
-def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = ".") -> None:
+def foreign_links(names, root: str = "results") -> dict[str, str]:
+    """``results/NAME`` (figures, tables, the paper of the config's scale: workflow/rules/current.smk)
+    that exist and are not the link the workflow makes (``SCALE/NAME``): a regular file (an old
+    copy) or a link elsewhere, each with why (the workflow replaces it when it is asked for). A
+    folder there is named when it is asked for (common.smk's current_input)."""
+    out = {}
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.isdir(path) or not os.path.lexists(path):
+            continue
+        if not os.path.islink(path):
+            out[path] = "a regular file, not the link to this scale's output that the workflow makes"
+        elif not re.fullmatch(rf"[A-Za-z0-9][A-Za-z0-9_-]*/{re.escape(name)}", os.readlink(path)):
+            out[path] = f"a link to {os.readlink(path)}, not to this scale's output"
+    return out
+
+
+def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = ".", rebuild=None) -> None:
     """Everything above, for the run Snakemake is about to start (nothing for --lint, --unlock
     and other commands that run no job, nor inside a job): raise a WorkflowError naming what
-    stops the run; regenerate damaged datasets, move damaged tables aside, and say so."""
+    stops the run; regenerate damaged datasets, rebuild damaged tables and whatever
+    ``rebuild()`` returns ({path: why}: the search's stale plans, damaged decision files,
+    foreign links), and say so."""
     from snakemake.exceptions import WorkflowError
 
     run = invocation()
@@ -366,7 +386,7 @@ def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = "
         record_run(workdir)
     for note in check_data(tasks, run["dryrun"]):
         say(note)
-    bad = damaged_tables(tables)
+    bad = {**damaged_tables(tables), **(rebuild() if rebuild else {})}
     if bad and not force_rebuild(bad):
         raise WorkflowError("stopping before any job: " + "; ".join(f"{p}: {why}" for p, why in bad.items())
                             + ". Delete the file(s) and rerun")
