@@ -13,17 +13,18 @@ from arrepro.digest import record_planned, source_digest
 from arrepro.catalogue import DATA_SOURCES, train_sources
 from arrepro.checks import load_grid
 from arrepro.grid import CELL_PATTERN, ConfigError, one_of
+from arrepro.preflight import config_error
 
 try:
     GRID = load_grid(config)
 except (ConfigError, KeyError) as err:
-    raise WorkflowError(f"config.yaml: {err}")
+    raise WorkflowError(config_error(err, COMMAND_LINE))
 
 # the learning-rate searches (src/arrepro/rounds.py): what every grid trains, round by round
 try:
     SEARCHES = lr_rounds.Searches(GRID)
 except (ConfigError, KeyError) as err:
-    raise WorkflowError(f"config.yaml: {err}")
+    raise WorkflowError(config_error(err, COMMAND_LINE))
 
 OUT = GRID.out  # results/{scale}: this scale's figures, tables, paper and logs
 EXPERIMENTS = list(GRID.experiments)
