@@ -94,4 +94,5 @@ onstart:
         problem = missing_tex()
         if problem:
             raise WorkflowError(f"stopping before any job: {problem}")
+    preflight.stop_if_unwritable(workflow.dag.needrun_jobs())  # a read-only folder: one line, not a crash
     start_forced_cells_over()  # a forced train job starts over (workflow/rules/train.smk)

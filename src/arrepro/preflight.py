@@ -481,6 +481,39 @@ def force_rebuild(paths) -> bool:
 
 
 # --------------------------------------------------------------------------- the workflow's hook
+def unwritable_folders(paths) -> dict[str, str]:
+    """The existing folders of ``paths`` (the outputs of the jobs about to run) that refuse a new
+    file (permissions, a read-only mount, an immutable folder), each with why: Snakemake would
+    crash removing the old outputs there. Tried, not guessed from permission bits (root ignores
+    them)."""
+    import errno
+
+    out = {}
+    for folder in dict.fromkeys(os.path.dirname(str(p)) or "." for p in paths):
+        if not os.path.isdir(folder):
+            continue
+        probe = os.path.join(folder, f".arrepro-write-test.{os.getpid()}")
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                out[folder] = e.strerror
+    return out
+
+
+def stop_if_unwritable(jobs) -> None:
+    """Before any job (the Snakefile's onstart): a WorkflowError naming each folder where a job
+    about to run must write and cannot."""
+    from snakemake.exceptions import WorkflowError
+
+    bad = unwritable_folders(f for job in jobs for f in job.output)
+    if bad:
+        raise WorkflowError("stopping before any job: " + "; ".join(f"{d}: cannot write in this folder ({why})"
+                                                                   for d, why in bad.items())
+                            + ". Make the folder(s) writable, then run again")
+
+
 def foreign_links(names, root: str = "results") -> dict[str, str]:
     """``results/NAME`` (figures, tables, the paper of the config's scale: workflow/rules/current.smk)
     that exist and are not the link the workflow makes (``SCALE/NAME``): a regular file (an old

@@ -137,6 +137,10 @@ CURRENT.append("paper.pdf")
 
 
 def current_input(wc):
+    link = f"results/{wc.name}"
+    if os.path.isdir(link) and not os.path.islink(link):  # (make_link replaces a file or a link, never a folder)
+        raise WorkflowError(f"{link}: a folder, where this command makes a link to {OUT}/{wc.name}: move the folder "
+                            f"away (mv {link} {link}.old), then run again")
     if wc.name not in CURRENT:  # an output of another scale: say which, rather than "no rule"
         exp = os.path.splitext(wc.name)[0]
         other = [s for s, sc in config["scales"].items() if exp in sc.get("experiments", {})]
@@ -145,6 +149,17 @@ def current_input(wc):
         raise WorkflowError(f"results/{wc.name}: scale {GRID.scale_name} (config.yaml's `scale`, or --config scale=...) "
                             f"has no such output; it has: {', '.join(CURRENT)}{hint}")
     return f"{OUT}/{wc.name}"
+
+
+# the scales whose outputs (results/SCALE/...) this run does not build (not the shared cells and data)
+OTHER_SCALES = [s for s in config["scales"] if s not in (GRID.scale_name, "cells", "data")]
+
+
+def other_scale_input(wc):
+    path = f"results/{wc.scale}/{wc.path}"
+    raise WorkflowError(f"{path}: an output of scale {wc.scale}, and this run's scale is {GRID.scale_name} (config.yaml's "
+                        f"`scale`, or --config scale=...): add --config scale={wc.scale} after the targets "
+                        f"(`snakemake {path} --config scale={wc.scale}`)")
 
 
 def make_link(target, link, log):
