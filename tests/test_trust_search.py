@@ -3,6 +3,7 @@ search's plans and decision files sealed and checked; a forged result.json refus
 cell folder named, its fix removing the link; config.yaml's duplicate keys, alias bombs and
 learning-rate lists; --config values read as YAML and named; edited code under a running
 workflow; a read-only cell folder; numerics overrides recorded and every unpinned run named."""
+import hashlib
 import json
 import os
 import shutil
@@ -14,14 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from arrepro import plans
 from arrepro.cellfiles import BadCellFile, metrics_text, read_metrics, read_result, seal
-from arrepro.checks import check_lr_lists
-from arrepro.digest import CodeChanged, PLANNED, check_planned_code, record_planned, source_digest
-from arrepro.files import UnreadableFile, json_sha256
+from arrepro.digest import source_digest
+from arrepro.files import UnreadableFile
 from arrepro.grid import ConfigError
-from arrepro.preflight import (COMMAND_LINE, ConfigFileError, check_config_file, command_line_config,
-                               config_source, foreign_links, unwritable_folders)
 from test_cellfiles import CELL, finished, cell  # noqa: F401 - fixtures: a trained cell
 from test_resume import data  # noqa: F401 - a fixture
 from test_trainjob import SPEC, script
@@ -31,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- plans and decision files
 def test_a_plan_is_sealed_and_an_edited_or_cut_one_is_named(tmp_path):
+    from arrepro import plans
+
     path = tmp_path / "round5.json"
     plans.write_plan(path, {"group": "g", "round": 5, "searches": {"k": {"state": {"chosen_lr": 0.001}}}},
                      plans.made_from("code", "{}", None, []))
@@ -46,6 +45,8 @@ def test_a_plan_is_sealed_and_an_edited_or_cut_one_is_named(tmp_path):
 
 
 def test_a_plan_made_from_other_inputs_is_stale(tmp_path):
+    from arrepro import plans
+
     result = tmp_path / "result.json"
     result.write_text('{"a": 1}')
     previous = {"sha256": "p" * 64}
@@ -64,6 +65,8 @@ def test_a_plan_made_from_other_inputs_is_stale(tmp_path):
 
 
 def test_a_damaged_decision_file_is_found(tmp_path):
+    from arrepro import plans
+
     good, bad = tmp_path / "a.json", tmp_path / "b.json"
     plans.write_report(good, {"search": "a"})
     plans.write_report(bad, {"search": "b"})
@@ -78,7 +81,8 @@ def forge(cell: Path, accuracy: float) -> None:
     """What issue 24's forger did: a new final_accuracy and the seal recomputed from the other keys."""
     r = json.loads((cell / "result.json").read_text())
     r["final_accuracy"] = accuracy
-    r["sha256"] = json_sha256(r)
+    body = {k: v for k, v in r.items() if k != "sha256"}
+    r["sha256"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     (cell / "result.json").write_text(json.dumps(r, indent=1))
 
 
@@ -130,6 +134,8 @@ def alias_bomb() -> str:
     ("a: [1, 2\n", "not valid YAML"),
 ], ids=["duplicate-key", "alias-bomb", "not-yaml"])
 def test_a_config_file_is_refused_in_one_line_before_snakemake_reads_it(tmp_path, text, phrase):
+    from arrepro.preflight import ConfigFileError, check_config_file
+
     path = tmp_path / "config.yaml"
     path.write_text(text)
     with pytest.raises(ConfigFileError) as err:
@@ -138,10 +144,14 @@ def test_a_config_file_is_refused_in_one_line_before_snakemake_reads_it(tmp_path
 
 
 def test_the_config_file_passes_and_merge_keys_are_no_duplicates():
+    from arrepro.preflight import check_config_file
+
     check_config_file(ROOT / "config.yaml")
 
 
 def test_an_oversized_config_is_refused(tmp_path):
+    from arrepro.preflight import ConfigFileError, check_config_file
+
     path = tmp_path / "config.yaml"
     path.write_text("a: " + "x" * (1 << 20) + "\n")
     with pytest.raises(ConfigFileError, match="more than"):
@@ -149,6 +159,8 @@ def test_an_oversized_config_is_refused(tmp_path):
 
 
 def test_command_line_mappings_are_read_as_yaml_and_named():
+    from arrepro.preflight import COMMAND_LINE, command_line_config, config_source
+
     over = command_line_config(["lr_searches={tiny: {rounds: 1}}", "scale=tiny", "lr_protocol=grid"])
     assert over == {"lr_searches": {"tiny": {"rounds": 1}}, "scale": "tiny", "lr_protocol": "grid"}
     assert config_source("lr_searches.tiny.rounds", over) == COMMAND_LINE
@@ -164,6 +176,8 @@ def test_command_line_mappings_are_read_as_yaml_and_named():
     (["1e-3x"], "lrs[0]: '1e-3x' is not a number"),
 ])
 def test_a_bad_learning_rate_list_is_explained(config, lrs, phrase):
+    from arrepro.checks import check_lr_lists
+
     c = json.loads(json.dumps(config))
     c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0]["lrs"] = lrs
     with pytest.raises(ConfigError) as err:
@@ -172,6 +186,8 @@ def test_a_bad_learning_rate_list_is_explained(config, lrs, phrase):
 
 
 def test_yamls_unquoted_1e_3_is_taken_as_a_number(config):
+    from arrepro.checks import check_lr_lists
+
     text = (ROOT / "config.yaml").read_text().replace("lrs: [1.0e-3, 1.0e-2]", "lrs: [1e-3, 1e-2]", 1)
     c = yaml.safe_load(text)
     assert c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0]["lrs"] == ["1e-3", "1e-2"]  # YAML 1.1
@@ -181,6 +197,8 @@ def test_yamls_unquoted_1e_3_is_taken_as_a_number(config):
 
 # --------------------------------------------------------------------------- the code a run planned with
 def test_a_job_whose_code_changed_since_the_plan_stops_naming_the_file(tmp_path, monkeypatch):
+    from arrepro.digest import CodeChanged, PLANNED, check_planned_code, record_planned
+
     src = tmp_path / "a.py"
     src.write_text("X = 1\n")
     other = tmp_path / "b.py"
@@ -206,6 +224,8 @@ def test_the_trainer_stops_when_its_code_changed_since_the_plan(data, tmp_path):
     another digest than they have now: one line, nothing trained."""
     from arrepro.catalogue import train_sources
 
+    PLANNED = "ARREPRO_PLANNED_CODE"  # (arrepro.digest.PLANNED)
+
     paths = train_sources("attention", ROOT)
     rec = {"root": str(ROOT), "groups": {"\0".join(paths): "0" * 16}, "files": {}}
     p = script(json.dumps(SPEC), data, tmp_path / "cell", env={**os.environ, "PYTHONPATH": str(ROOT / "src"),
@@ -223,6 +243,8 @@ def immutable(path: Path, on: bool) -> bool:
 def test_a_cell_folder_read_only_while_training_is_one_line(data, tmp_path):
     """Issue 24, case 6: the folder refuses writes once training has started (its lock file is
     there): one line naming the file, as a full disk, and no output left for Snakemake to remove."""
+    from arrepro.preflight import unwritable_folders
+
     out = tmp_path / "cell"
     out.mkdir()
     (out / "train.lock").write_text("")
@@ -240,6 +262,8 @@ def test_a_cell_folder_read_only_while_training_is_one_line(data, tmp_path):
 
 
 def test_unwritable_folders_are_tried_not_guessed(tmp_path):
+    from arrepro.preflight import unwritable_folders
+
     ro = tmp_path / "ro"
     ro.mkdir()
     if shutil.which("chattr") is None or not immutable(ro, True):
@@ -251,6 +275,8 @@ def test_unwritable_folders_are_tried_not_guessed(tmp_path):
 
 
 def test_a_foreign_file_where_the_workflow_links_is_found(tmp_path):
+    from arrepro.preflight import foreign_links
+
     (tmp_path / "fig1.pdf").write_text("old")
     (tmp_path / "fig2.pdf").symlink_to("tiny/fig2.pdf")
     (tmp_path / "fig3.pdf").symlink_to("/etc/hostname")
