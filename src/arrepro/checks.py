@@ -46,30 +46,33 @@ MAX_SEED = 2 ** 32 - 1  # numpy's legacy generators take 32 bits (the schema's s
 MAX_TEXT = 4096  # characters of any string in the config (the schema bounds titles and labels closer)
 
 
+def config_values(obj, key: str = ""):
+    """(key, value) of every value of ``obj`` that is no mapping or list, keys written as the
+    errors name them (``scales.tiny.recipes.tiny.betas[1]``)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from config_values(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from config_values(v, f"{key}[{i}]")
+    else:
+        yield key, obj
+
+
 def check_text(obj, key: str = "") -> None:
     """Refuse a string longer than ``MAX_TEXT`` anywhere in ``obj`` (mixer_kwargs too, which the
     schema leaves open), naming the key."""
-    if isinstance(obj, str) and len(obj) > MAX_TEXT:
-        raise ConfigError(f"{key}: a text of {len(obj):,} characters; at most {MAX_TEXT:,}")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            check_text(v, f"{key}.{k}" if key else str(k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            check_text(v, f"{key}[{i}]")
+    for k, v in config_values(obj, key):
+        if isinstance(v, str) and len(v) > MAX_TEXT:
+            raise ConfigError(f"{k}: a text of {len(v):,} characters; at most {MAX_TEXT:,}")
 
 
 def check_finite(obj, key: str = "") -> None:
     """Refuse NaN and infinite numbers anywhere in ``obj`` (the schema's number type admits
     YAML's .inf and .nan), naming the key."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ConfigError(f"{key}: {obj} is not a finite number")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            check_finite(v, f"{key}.{k}" if key else str(k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            check_finite(v, f"{key}[{i}]")
+    for k, v in config_values(obj, key):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{k}: {v} is not a finite number")
 
 
 # a number YAML 1.1 (PyYAML, Snakemake) reads as a string: 1e-3 (no dot), 1E-3, +1e-3
