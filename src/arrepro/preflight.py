@@ -2,8 +2,12 @@
 takes a minute at the paper scale) and before any job: so that a problem is named first, in
 one or a few lines, and a damaged derived file is rebuilt instead of being used.
 
-* ``config_problem``: a config.yaml that fails the schema, in one line naming the key (Snakemake's
-  own ``validate`` message prints the whole config and schema after it);
+* ``check_config_file``: config.yaml before Snakemake reads it: its size, YAML aliases that
+  expand without end, keys given twice; ``command_line_config``: ``--config`` mappings read as
+  YAML (Snakemake reads their numbers as strings);
+* ``config_problem``: a config.yaml that fails the schema, in one line naming the key and where
+  it came from (config.yaml or ``--config``; Snakemake's own ``validate`` message prints the whole
+  config and schema after it);
 * ``missing_software``: conda (when rules deploy with it) and sbatch (for the Slurm executor);
 * ``other_run`` / ``record_run``: another Snakemake run in this folder (its pid), which Snakemake
   itself reports only as "incomplete files: use --rerun-incomplete", advice that would start
@@ -14,7 +18,11 @@ one or a few lines, and a damaged derived file is rebuilt instead of being used.
   recorded modification time back, so that no cell trained on it is planned again;
 * ``damaged_tables``: the derived tables against the checksum their writer stored beside them
   (``arrepro.files.write_table``), or, without one, against what their readers need; one that
-  fails (truncated, edited) is rebuilt (``force_rebuild``), with what the targets need of it.
+  fails (truncated, edited) is rebuilt (``force_rebuild``), with what the targets need of it; so
+  are the learning-rate search's stale or damaged plans and decision files (``arrepro.plans``) and
+  a ``results/NAME`` that is not the workflow's link (``foreign_links``);
+* ``stop_if_unwritable`` (the Snakefile's onstart, once the DAG is built): a folder a job about
+  to run must write in and cannot, in one line (Snakemake would crash removing old outputs there).
 
 Which Snakemake command runs (a dry run, a real run, or no run at all: --lint, --unlock, ...)
 is not part of Snakemake's API when the Snakefile is read: ``invocation`` reads it from the
