@@ -28,11 +28,6 @@ def naming(path):
         raise UnreadableFile(f"{path}: cannot read it: {type(err).__name__}: {err}") from err
 
 
-def read_json(path) -> dict:
-    with naming(path):
-        return json.loads(Path(path).read_text())
-
-
 # -- sealed JSON files: their own checksum inside ----------------------------------------------
 SEAL = "sha256"
 
