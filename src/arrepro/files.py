@@ -193,14 +193,18 @@ def atomic_write(path, write) -> None:
         raise
 
 
-def _cannot_write(path: Path, e: BaseException) -> CannotWrite | None:
-    if not isinstance(e, OSError):
-        return None
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return NoSpace(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left")
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return NotWritable(f"cannot write {path}: its folder {path.parent} is read-only ({e.strerror}); nothing "
-                           "written. Make the folder writable again, then run the workflow again")
+def _cannot_write(path: Path, e: BaseException | None) -> CannotWrite | None:
+    """NoSpace or NotWritable for a write error that is (or was raised while handling: torch.save
+    reports a full disk as its own RuntimeError) a full disk or a refused folder; else None."""
+    for _ in range(10):
+        if e is None:
+            return None
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return NoSpace(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left")
+        if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return NotWritable(f"cannot write {path}: its folder {path.parent} is read-only ({e.strerror}); nothing "
+                               "written. Make the folder writable again, then run the workflow again")
+        e = e.__cause__ or e.__context__
     return None
 
 
