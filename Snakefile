@@ -7,13 +7,9 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version, update_config, validate
 
 min_version("9.0")
-
-
-configfile: "config.yaml"
-
 
 # The package: this checkout's src/, for this process and (preflight.share_package) every job it
 # starts. People and tests import it installed (make setup).
@@ -21,27 +17,48 @@ ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
 
 from arrepro import smkgroups  # noqa: E402
-from arrepro.preflight import config_problem, share_package  # noqa: E402
+from arrepro.checks import check_lr_lists  # noqa: E402
+from arrepro.grid import ConfigError  # noqa: E402
+from arrepro.preflight import (ConfigFileError, check_config_file, command_line_config, config_error,  # noqa: E402
+                               config_problem, share_package)
+
+# Before Snakemake reads config.yaml: its size, YAML aliases that would expand without end, and
+# keys given twice (YAML keeps the last silently), each refused in one line
+try:
+    for f in ["config.yaml", *workflow.config_settings.configfiles]:
+        check_config_file(f)
+    COMMAND_LINE = command_line_config(workflow.config_settings.config_args)  # --config values, read as YAML
+except ConfigFileError as err:
+    raise WorkflowError(str(err)) from None
+
+
+configfile: "config.yaml"
+
+
+update_config(config, COMMAND_LINE)  # (Snakemake reads a --config mapping's numbers as strings)
 
 share_package(ROOT)
 
 smkgroups.install()  # Slurm bundles as the profile's group-components asks (Snakemake 9's merge fix)
 
-try:  # Snakemake's own message prints the whole config and schema after its one useful line
+try:  # learning-rate lists explained (and YAML's 1e-3 taken as the number it is), then the schema
+    check_lr_lists(config)
     validate(config, "workflow/schemas/config.schema.yaml")
-except WorkflowError as err:
-    raise WorkflowError(config_problem(err)) from None
+except ConfigError as err:
+    raise WorkflowError(config_error(err, COMMAND_LINE)) from None
+except WorkflowError as err:  # Snakemake's own message prints the whole config and schema after its one useful line
+    raise WorkflowError(config_problem(err, overrides=COMMAND_LINE)) from None
 
 
 report: "workflow/report/workflow.rst"  # `make report`: results/{scale}/report.html
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/preflight.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/gpushare.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/search.smk"
+include: "workflow/rules/preflight.smk"  # before the DAG: what the run needs, what it must rebuild
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"
@@ -77,4 +94,5 @@ onstart:
         problem = missing_tex()
         if problem:
             raise WorkflowError(f"stopping before any job: {problem}")
+    preflight.stop_if_unwritable(workflow.dag.needrun_jobs())  # a read-only folder: one line, not a crash
     record_run()  # which cells this run forces to start over (workflow/rules/common.smk)

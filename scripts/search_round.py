@@ -2,6 +2,7 @@
 """Snakemake script of the learning-rate search (logic in arrepro.rounds): rule search_round
 decides a group's next round; rule search_reports writes one file per search."""
 from arrepro.files import job_log
+from arrepro.plans import made_from
 from arrepro.rounds import read_plan, run_round, write_reports
 
 if "snakemake" in globals():
@@ -9,6 +10,8 @@ if "snakemake" in globals():
     with job_log(sm):
         if sm.rule == "search_round":
             previous = read_plan(sm.input.previous) if "previous" in sm.input.keys() else None
-            run_round(sm.params.searches, sm.wildcards.group, int(sm.wildcards.round), previous, sm.output.plan)
+            sources = made_from(sm.params.code, sm.params.searches, previous, sm.input.results)  # checked before a run
+            run_round(sm.params.searches, sm.wildcards.group, int(sm.wildcards.round), previous, sm.output.plan,
+                      made_from=sources)
         else:
             write_reports([read_plan(p) for p in sm.input.plans], list(sm.output))

@@ -4,6 +4,7 @@ mixer arguments, impossible tasks, impossible batches. Snakemake runs on a copy 
 (tiny scale); a few checks of grid.py's own guards run without the schema in front of them."""
 import copy
 import re
+import subprocess
 
 import pytest
 import yaml
@@ -11,7 +12,7 @@ import yaml
 from arrepro.catalogue import mixer_arguments
 from arrepro.checks import check_path, load_grid
 from arrepro.grid import ConfigError, Grid, one_of
-from test_workflow import ROOT, copy_workflow, edit_config, smk
+from test_workflow import ROOT, SNAKEMAKE, copy_workflow, edit_config, smk
 
 
 def fig2(c):
@@ -204,3 +205,63 @@ def test_a_learning_rate_given_twice_is_refused(config):
     fig2(c)["grids"][0]["lrs"] = [1.0e-3, 0.001]
     with pytest.raises(ConfigError, match=re.escape("scales.tiny.experiments.fig2.grids[0].lrs")):
         load_grid(c, "tiny")
+
+
+# -- issue 24: hostile values that hung or misled, each refused in one line before any job ------
+
+def append(text):
+    return lambda t: t + text
+
+
+def replace(old, new):
+    def edit(t):
+        assert old in t
+        return t.replace(old, new, 1)
+    return edit
+
+
+ALIAS_BOMB = "bomb:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9))
+FIG2_LRS = "lrs: [1.0e-3, 1.0e-2]"
+
+
+@pytest.mark.parametrize("edit, args, keys", [
+    (None, ["lr_searches={tiny: {rounds: 1000000000}}"], ["--config: at lr_searches.tiny.rounds", "maximum of 20"]),
+    (append(ALIAS_BOMB), [], ["config.yaml: its aliases (*name) expand to more than"]),
+    (replace('title: "tiny"', 'title: "' + "x" * 10_000_000 + '"'), [], ["config.yaml: ", "bytes, more than the 1,048,576 a config may have"]),
+    (replace('title: "tiny"', 'title: "' + "x" * 100_000 + '"'), [],
+     ["config.yaml: at scales.tiny.experiments.fig2.title: a text of 100,000 characters; at most 200"]),
+    (replace("\nscale: ", "\nscale: demo\nscale: "), [], ["config.yaml: line ", "key 'scale' given twice"]),
+    (replace(FIG2_LRS, "lrs: []"), [], ["config.yaml: scales.tiny.experiments.fig2.grids[0].lrs: an empty list"]),
+    (replace(FIG2_LRS, "lrs: [-1e-3]"), [], ["grids[0].lrs[0]: -0.001 is not a learning rate"]),  # ([0]: test_trust_search)
+    (replace("seeds: [0]\n            recipe: tiny", "seeds: [18446744073709551616]\n            recipe: tiny"), [],
+     ["config.yaml: at scales.tiny.experiments.fig2.grids[0].seeds[0]", "maximum of 4294967295"]),
+    (None, ["lr_searches={tiny: {rounds: x}}"], ["--config: at lr_searches.tiny.rounds: 'x' is not of type 'integer'"]),
+], ids=["rounds-1e9", "alias-bomb", "10MB-title", "100kB-title", "duplicate-key", "empty-lrs", "negative-lr", "seed-2^64",
+        "config-arg"])
+def test_a_hostile_value_is_one_line_naming_the_key_before_any_job(tmp_path, edit, args, keys):
+    wd = copy_workflow(tmp_path)
+    if edit:
+        (wd / "config.yaml").write_text(edit((wd / "config.yaml").read_text()))
+    try:  # (an alias bomb hung the dry run without a word)
+        p = subprocess.run(SNAKEMAKE + ["-n", "--config", "scale=tiny", *args], cwd=wd, capture_output=True, text=True,
+                           timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the dry run did not end within 2 minutes")
+    refused(wd, p, *keys)
+    error = [line for line in (p.stdout + p.stderr).splitlines() if line.startswith(("config.yaml", "--config"))]
+    assert len(error) == 1 and len(error[0]) < 400, error
+
+
+@pytest.mark.parametrize("edit, args", [
+    (replace(FIG2_LRS, "lrs: [1e-3, 1e-2]"), []),  # YAML 1.1 reads 1e-3 (no dot) as a string
+    (None, ["lr_searches={tiny: {start: [1e-2, 3.16e-2], range: [1e-4, 1e-1], rounds: 1}}"]),
+], ids=["unquoted-1e-3", "config-mapping"])
+def test_yaml_numbers_that_yaml_reads_as_strings_plan(tmp_path, edit, args):
+    wd = copy_workflow(tmp_path)
+    if edit:
+        (wd / "config.yaml").write_text(edit((wd / "config.yaml").read_text()))
+    p = smk(wd, "-n", "--config", "scale=tiny", *args, check=False)
+    assert p.returncode == 0 and "Job stats" in p.stdout, (p.stdout + p.stderr)[-3000:]
+    if args:
+        assert "up to 1 refining" in p.stderr

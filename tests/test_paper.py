@@ -69,7 +69,7 @@ def fabricate_cells(grid: Grid, exp: str, rng) -> pd.DataFrame:
                 "final_accuracy": rng.uniform(0, 0.9), "best_accuracy": rng.uniform(0, 0.9),
                 metric: rng.uniform(0, 0.9),
                 "diverged": bool(rng.random() < 0.02), "parameters": 1000 * c.width * c.layers,
-                "train_seconds": rng.uniform(1, 10), "cell_dir": c.path,
+                "train_seconds": rng.uniform(1, 10), "cell_dir": c.path, "pinned": True,
             })
     return pd.DataFrame(rows)
 

@@ -55,6 +55,14 @@ def metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def checkpoint_metrics(out: Path) -> list[dict]:
+    """The epochs an unfinished cell has done, as its checkpoint holds them (its metrics.jsonl is
+    written when it ends)."""
+    from arrepro import checkpoint
+
+    return checkpoint.load(out / CHECKPOINT, "cpu")["state"]["metrics"]
+
+
 def untimed(obj):
     if isinstance(obj, list):
         return [untimed(x) for x in obj]
@@ -75,7 +83,8 @@ def test_preempted_mid_epoch_then_resumed_equals_uninterrupted(data, reference, 
     assert stop.value.code != 0  # a scheduler sees a failure and retries
     assert (tmp_path / CHECKPOINT).exists()
     assert not (tmp_path / "result.json").exists()  # a partial cell is not a finished one
-    assert [m["epoch"] for m in metrics(tmp_path)] == [1]
+    assert not (tmp_path / "metrics.jsonl").exists()  # (written with result.json: no output of an unfinished job)
+    assert [m["epoch"] for m in checkpoint_metrics(tmp_path)] == [1]
     logs = []
     train_cell(spec(), data, tmp_path, threads=1, log=logs.append)
     assert any("resumed from checkpoint at epoch 1 batch 5" in line for line in logs)
@@ -135,7 +144,7 @@ def test_a_signal_to_the_training_script_checkpoints_and_a_restart_resumes(data,
     assert f"({sig.name}): checkpoint written" in "".join(seen), "".join(seen)
     assert (tmp_path / "killed" / CHECKPOINT).exists()
     assert not (tmp_path / "killed" / "result.json").exists()
-    done_epochs = len(metrics(tmp_path / "killed"))
+    done_epochs = len(checkpoint_metrics(tmp_path / "killed"))
     assert 2 <= done_epochs < 8
 
     again = run_script(data, tmp_path / "killed")
@@ -168,7 +177,7 @@ def test_a_full_disk_stops_the_script_with_a_clear_error_and_no_tmp_file(data, t
     assert f"no space left on {out / CHECKPOINT}" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr, p.stderr
     files = p.stdout.split("files:")[-1].split()
-    assert files == ["metrics.jsonl", "train.lock"], p.stdout  # the epoch's metrics fit; no checkpoint, no .tmp
+    assert files == ["train.lock"], p.stdout  # no checkpoint, no .tmp, no output (metrics.jsonl comes with result.json)
 
 
 def restart_logs(data, out: Path) -> list[str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from arrepro.data import save_task
-from arrepro.train import lr_at, train_cell
+from arrepro.train import CHECKPOINT, lr_at, train_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 1024, "n_test": 128, "seed": 0}
@@ -89,8 +89,8 @@ def test_tokens_per_second_counts_the_short_last_batch(data, tmp_path):
 
 
 def test_a_full_disk_is_named_and_leaves_no_tmp_file(data, tmp_path, monkeypatch):
-    """A write that runs out of space half-way (metrics.jsonl, the first file written) is an error
-    naming the file; the half-written .tmp file is removed. (A real full disk: test_resume.py.)"""
+    """A write that runs out of space half-way (metrics.jsonl, written when the cell ends) is an
+    error naming the file; the half-written .tmp file is removed. (A real full disk: test_resume.py.)"""
     import errno
     import os
     import pathlib
@@ -107,7 +107,7 @@ def test_a_full_disk_is_named_and_leaves_no_tmp_file(data, tmp_path, monkeypatch
     with pytest.raises(Exception) as err:
         train_cell(spec(), data, tmp_path, log=lambda s: None)
     assert f"no space left on {tmp_path / 'metrics.jsonl'}" in str(err.value)
-    assert sorted(f.name for f in tmp_path.iterdir()) == ["train.lock"]  # the empty lock file only
+    assert sorted(f.name for f in tmp_path.iterdir()) == [CHECKPOINT, "train.lock"]  # no output, no .tmp
 
 
 def test_device_cuda_without_cuda_is_an_error(data, tmp_path, monkeypatch):

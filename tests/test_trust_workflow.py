@@ -21,7 +21,7 @@ from arrepro.aggregate import read_best_table, read_cells_table
 from arrepro.files import UnreadableFile, write_table
 from arrepro.grid import Grid
 from arrepro.plots import literal
-from arrepro.rounds import Searches
+from arrepro.rounds import Searches, read_plan
 from arrepro.tables import render_table
 from arrepro.tex import tex_escape
 from test_workflow import ROOT, TARGETS, copy_workflow, edit_config, private_copy
@@ -63,14 +63,30 @@ def set_default_scale(wd: Path, scale: str) -> None:
     cfg.write_text(re.sub(r"^scale: \S+", f"scale: {scale}", cfg.read_text(), count=1, flags=re.M))
 
 
+# A stand-in for TeX (where the machine has none, as CI): `all` builds the paper with it, whose
+# "PDF" is its numbers.tex. The numbers are what these tests check; tests/test_paper.py builds the
+# real PDF.
+TEX_STANDIN = "#!/bin/sh\n# a stand-in for tectonic: the paper's numbers as its PDF\ncat results/paper/numbers.tex > main.pdf\n"
+
+
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
+def tex_path(tmp_path_factory) -> str:
+    """PATH with the TeX stand-in first, then this environment's bin."""
+    bin_dir = tmp_path_factory.mktemp("texbin")
+    (bin_dir / "tectonic").write_text(TEX_STANDIN)
+    (bin_dir / "tectonic").chmod(0o755)
+    return os.pathsep.join([str(bin_dir), str(BIN), os.environ["PATH"]])
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tex_path):
     """A fresh checkout whose default scale is set to tiny (the demo trains for 20 minutes), after
-    the command users type: `snakemake results/fig2.pdf` (no --cores, no --config)."""
+    the command users type: `snakemake results/fig2.pdf` (no --cores, no --config), then
+    `snakemake all` (the paper with the TeX stand-in)."""
     wd = fresh_checkout(tmp_path_factory.mktemp("clone"))
     set_default_scale(wd, "tiny")
     typed(wd, "snakemake results/fig2.pdf", check=True)
-    typed(wd, "snakemake results/tiny/tables/cells.csv", check=True)  # the rest of TARGETS
+    typed(wd, "snakemake all", path=tex_path, check=True)  # the rest of TARGETS, the searches' files, the paper
     return wd
 
 
@@ -306,3 +322,171 @@ def test_a_table_typesets_a_dollar_in_a_label_without_the_text_dollar(tmp_path, 
                  "final_accuracy", "tiny", tmp_path / "t.csv", tmp_path / "t.tex")
     tex = (tmp_path / "t.tex").read_text()
     assert r"Attn (US\ensuremath{\mathdollar} 5 \textless{}x\textgreater{})" in tex and r"\$" not in tex
+
+
+# --------------------------------------------------------------------------- issue 24: the search's own files
+FIG1_ROUNDS = "results/tiny/searches/rounds/cells_10min-fig1"  # fig1's search (attention 2x32 on L8)
+FIG2_ROUNDS = "results/tiny/searches/rounds/cells_10min-fig2"  # fig2's fixed grid
+
+
+def outputs(wd: Path) -> dict[str, bytes]:
+    """What `all` ends with: the tables, the searches' decision files, the paper's numbers and
+    the (stand-in) paper."""
+    files = [*wd.glob("results/tiny/tables/*.csv"), *wd.glob("results/tiny/searches/*/**/*.json"),
+             wd / "results/tiny/paper/numbers.tex", wd / "results/tiny/paper.pdf"]
+    return {str(f.relative_to(wd)): f.read_bytes() for f in files if "/rounds/" not in str(f)}
+
+
+def same_as(wd: Path, clean: dict) -> list[str]:
+    """The files of ``clean`` that differ now (files that only exist now are not compared)."""
+    now = outputs(wd)
+    return [f for f in clean if now.get(f) != clean[f]]
+
+
+def run_all(wd: Path, tex_path: str, *args, check=True):
+    return typed(wd, " ".join(["snakemake", "--cores", "1", "all", *args]), path=tex_path, check=check)
+
+
+def fig1_cell(wd: Path, lr: str) -> Path:
+    return next(wd.glob(f"results/cells/mqar-L8-*/attention/w32-l2/*/lr{lr}-s0"))
+
+
+def test_switching_the_protocol_or_the_round_budget_and_back_ends_as_a_clean_run(wd, tex_path):
+    """Issue 24, case 1: after `--config lr_protocol=grid` and back to the default, and after
+    `rounds: 2 -> 1 -> 2`, one `snakemake all` ends with the tables, decision files and paper of
+    a clean run."""
+    clean = outputs(wd)
+    run_all(wd, tex_path, "--config", "lr_protocol=grid")
+    assert "results/tiny/tables/fig1_best.csv" in same_as(wd, clean)  # the fixed grid's numbers
+    p = run_all(wd, tex_path)
+    assert not same_as(wd, clean), p.stderr[-3000:]
+    cfg = wd / "config.yaml"
+    text = cfg.read_text()
+    assert "tiny: {start: [1.0e-2, 3.16e-2], range: [1.0e-4, 1.0e-1], rounds: 2}" in text
+    cfg.write_text(text.replace("range: [1.0e-4, 1.0e-1], rounds: 2}", "range: [1.0e-4, 1.0e-1], rounds: 1}"))
+    run_all(wd, tex_path)  # (round5.json of `rounds: 2` stays, made from another round 4)
+    cfg.write_text(text)
+    p = run_all(wd, tex_path)
+    assert not same_as(wd, clean), p.stderr[-3000:]
+
+
+def test_an_edited_plan_a_truncated_plan_and_a_garbled_decision_file_are_rebuilt(wd, tex_path):
+    """Issue 24, case 2: a valid-JSON edit of the last plan's chosen learning rate, an intermediate
+    plan cut short and a garbled decision file: each named before any job, each rebuilt from the
+    cells; the tables, decision files and paper are a clean run's."""
+    clean = outputs(wd)
+    last = wd / FIG1_ROUNDS / "round5.json"
+    plan = json.loads(last.read_text())
+    state = next(iter(plan["searches"].values()))["state"]
+    state["chosen_lr"] = 0.0316  # one of the learning rates it tried, not the one it chose
+    last.write_text(json.dumps(plan, indent=1))
+    middle = wd / FIG2_ROUNDS / "round2.json"
+    middle.write_text(middle.read_text()[:80])
+    decision = next(wd.glob("results/tiny/searches/mqar-L8-*/**/*.json"))
+    decision.write_bytes(bytes(b ^ 0x20 for b in decision.read_bytes()))
+    dry = run_all(wd, tex_path, "-n")
+    for f in (last, middle, decision):
+        assert f"{f.relative_to(wd)}: " in dry.stderr, dry.stderr[-3000:]
+    p = run_all(wd, tex_path)
+    assert not same_as(wd, clean), p.stderr[-3000:]
+    middle.write_text("{")  # read by hand: named, with the fix
+    with pytest.raises(UnreadableFile, match=re.escape(str(middle)) + ": not valid JSON.*rebuilds"):
+        read_plan(middle)
+
+
+def test_deleted_plans_and_a_cell_deleted_meanwhile_are_rebuilt(wd, tex_path):
+    """Issue 24, case 2: an intermediate plan (fig1's round 3) and a last one (fig2's round 3)
+    deleted, and while they are missing a round-0 cell's result: all rebuilt (the cell from its
+    checkpoint), ending as a clean run."""
+    clean = outputs(wd)
+    (wd / FIG1_ROUNDS / "round3.json").unlink()
+    (wd / FIG2_ROUNDS / "round3.json").unlink()
+    cell = fig1_cell(wd, "0.01")
+    for f in ("result.json", "metrics.jsonl"):
+        (cell / f).unlink()
+    p = run_all(wd, tex_path)
+    assert (cell / "result.json").exists() and (wd / FIG1_ROUNDS / "round3.json").exists()
+    assert not same_as(wd, clean), p.stderr[-3000:]
+
+
+def test_a_rebuilt_cell_reruns_every_search_round_that_read_it(wd, tex_path):
+    """Issue 24, case 6: a round-0 cell of fig1's search deleted and made again (here from its
+    checkpoint, byte for byte; a retrain from scratch differs at least in its timings): every
+    round of its search runs again, each having read it, not only round 1 and the tables."""
+    cell = fig1_cell(wd, "0.01")
+    for f in ("result.json", "metrics.jsonl"):
+        (cell / f).unlink()
+    p = run_all(wd, tex_path)
+    out = p.stdout + p.stderr
+    rounds = set(re.findall(r"group cells_10min-fig1, round (\d+): decides", out))
+    assert rounds == {"1", "2", "3", "4", "5"}, out[-3000:]
+
+
+def test_code_edited_while_the_workflow_runs_stops_the_jobs_planned_with_the_old_code(wd, tex_path):
+    """Issue 24, case 6: attention's code edited while the workflow runs (here by the search's
+    round job, as a user's editor would between two jobs): the cells planned after it are not
+    trained with the new code beside cells of the old one; the run stops, naming the file."""
+    start = {"0.01", "0.0316"}  # fig1's round 0
+    shutil.rmtree(wd / FIG1_ROUNDS)
+    later = [c for c in wd.glob("results/cells/mqar-L8-*/attention/w32-l2/*/lr*-s0")
+             if c.name.removeprefix("lr").removesuffix("-s0") not in start]
+    assert later
+    for c in later:
+        shutil.rmtree(c)
+    with open(wd / "scripts/search_round.py", "a") as f:
+        f.write('\nwith open("src/arrepro/models/mixers/attention.py", "a") as edit:\n'
+                '    edit.write("\\n_EDITED_WHILE_THE_WORKFLOW_RUNS = 1\\n")\n')
+    p = run_all(wd, tex_path, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out[-3000:]
+    assert "changed since the workflow planned it (src/arrepro/models/mixers/attention.py)" in out, out[-3000:]
+    assert not [c for c in later if (c / "result.json").exists()]  # nothing trained with the edited code
+
+
+def test_an_output_of_another_scale_names_the_config_to_add(finished):
+    """Issue 24, case 6: results/demo/fig1.pdf while config.yaml's scale is tiny."""
+    p = typed(finished, "snakemake -n results/demo/fig1.pdf")
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "--config scale=demo" in out, out[-3000:]
+    assert "No rule to produce" not in out and "MissingRuleException" not in out
+
+
+def test_a_regular_file_where_the_link_goes_is_replaced_and_a_folder_is_named(wd):
+    """Issue 24, case 4: results/fig2.pdf an old regular file, then a folder."""
+    link = wd / "results/fig2.pdf"
+    link.unlink()
+    link.write_bytes(b"an old copy of a figure")
+    run(wd, "results/fig2.pdf")
+    assert link.is_symlink() and os.readlink(link) == "tiny/fig2.pdf"
+    link.unlink()
+    link.mkdir()
+    p = run(wd, "results/fig2.pdf", check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "results/fig2.pdf: a folder" in out and "mv results/fig2.pdf" in out, out[-3000:]
+
+
+def immutable(path: Path, on: bool) -> bool:
+    """chattr +i / -i (a folder nobody may write in, root included); False where it cannot."""
+    return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
+
+
+def test_a_read_only_cell_or_table_folder_stops_the_run_in_one_line(wd, tex_path):
+    """Issue 24, case 6: a cell's folder and the tables' folder that refuse writes: one line
+    naming both before any job, not Snakemake's crash removing the old outputs."""
+    cell = fig1_cell(wd, "0.01")
+    for f in ("result.json", "checkpoint.pt"):
+        (cell / f).unlink()
+    (wd / BEST).unlink()
+    tables = wd / "results/tiny/tables"
+    if shutil.which("chattr") is None or not immutable(cell, True):
+        pytest.skip("cannot make a folder read-only for this user (chattr +i)")
+    try:
+        assert immutable(tables, True)
+        p = run_all(wd, tex_path, check=False)
+    finally:
+        immutable(cell, False)
+        immutable(tables, False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "stopping before any job" in out, out[-3000:]
+    assert f"{cell.relative_to(wd)}: cannot write in this folder" in out and "results/tiny/tables: cannot write" in out
+    assert "PermissionError" not in out and "Error in rule" not in out

@@ -222,10 +222,17 @@ def test_bad_config_stops_before_any_job_and_names_the_key(tmp_path, edit, key):
 
 
 def test_every_scale_plans(tmp_path):
+    """Every scale plans; the paper scale's job count is the README's (issue 24: it said 2,886)."""
     wd = copy_workflow(tmp_path)
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     for scale in cfg["scales"]:
-        assert smk(wd, "-n", "--quiet", "all", "--config", f"scale={scale}").returncode == 0
+        p = smk(wd, "-n", "--quiet", "all", "--config", f"scale={scale}")
+        if scale == "paper":
+            stats = p.stdout.split("Job stats:")[1]
+            jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\S+)\s+(\d+)\s*$", stats.split("\n\n")[0], re.M)}
+            said = re.search(r"lists\s+round 0 \(([\d,]+) jobs: ([\d,]+) train", (ROOT / "README.md").read_text())
+            assert said, "README: `snakemake -n all --config scale=paper` lists round 0 (N jobs: M train, ...)"
+            assert (jobs["total"], jobs["train"]) == tuple(int(x.replace(",", "")) for x in said.groups()), jobs
 
 
 def test_lint_is_clean():

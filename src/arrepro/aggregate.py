@@ -28,7 +28,7 @@ CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
 WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried"]
 # the columns every reader of the tables relies on, each with a value on every row (read_*_table)
-CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters"]
+CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters", "pinned"]
 BEST_NOT_NULL = GROUP + ["metric", "best_lr", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
                          "outcome", "window_status", "candidates", "n_candidates", "seeds", "n_cells", "n_contenders"]
 
@@ -43,6 +43,7 @@ def load_results(paths: list[str | Path], task_names: dict | None = None) -> pd.
         r["task_name"] = (task_names or {}).get(r["task"], r["task"])
         r["seq_len"] = task_seq_len(cell["task_def"])
         r["cell_dir"] = str(Path(p).parent)
+        r["pinned"] = bool((r.get("numerics") or {}).get("pinned"))  # trained with the pinned CPU numerics
         rows.append(r)
     df = pd.DataFrame(rows)
     if df.empty:

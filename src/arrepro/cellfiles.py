@@ -1,7 +1,8 @@
 """A training cell's files: what its trainer leaves, and the one place they are read back (pure
 Python, no torch: the Snakefile and the aggregation import it).
 
-A cell's folder (``arrepro.grid.CELL_PATTERN``) holds ``metrics.jsonl`` (one line per epoch),
+A cell's folder (``arrepro.grid.CELL_PATTERN``) holds ``metrics.jsonl`` (one line per epoch,
+written when the cell ends),
 ``result.json`` (written last: the cell is finished iff it exists), ``checkpoint.pt`` (its own
 sha256 in its header; train.py: while the cell trains, the model and optimiser state; once it is
 finished, only the record that rebuilds its two outputs, a few KB), ``weights.pt`` (the final
@@ -11,11 +12,22 @@ weights, with the config's ``keep_weights``), ``train.log`` (every attempt's pro
 **Outputs that agree.** ``result.json`` carries the sha256 of ``metrics.jsonl``'s bytes
 (``metrics_sha256``) and of its own content (``sha256``: the canonical JSON of every other key),
 and names its cell (task, model, width, layers, recipe, lr, seed), which must be the folder it
-lies in. ``read_result`` (the tables) and ``read_metrics`` (the dynamics figure) check them: a
-result.json edited by hand, half-written or copied from another cell, or a metrics.jsonl cut or
-edited after training, is a ``BadCellFile`` naming the cell, what is wrong and the fix (delete
-the two files and run again: the cell's train job rebuilds them from its checkpoint, without
-training when the checkpoint is of the finished cell).
+lies in; its final numbers (``final_accuracy``, ``final_test_loss``, ``final_exact_match``,
+``best_accuracy``, ``epochs_run``) are those of metrics.jsonl's rows. ``read_result`` (the tables,
+the search) and ``read_metrics`` (the dynamics figure) check all of it: a result.json edited by
+hand, half-written or copied from another cell, or a metrics.jsonl cut or edited after training,
+is a ``BadCellFile`` naming the cell, what is wrong and the fix (delete the two files and run
+again: the cell's train job rebuilds them from its checkpoint, without training when the
+checkpoint is of the finished cell). A cell folder that is a symbolic link is named as one, and
+the fix removes the link, never the files of the folder it points to.
+
+What the checksums protect against, and what not: accidents and careless edits (a truncated or
+damaged write, a number typed into one file, a file copied into the wrong folder). They are not a
+signature: they are plain sha256 of the files' contents, which anyone can recompute. A result
+whose number was edited and its own checksum recomputed is still refused, because its number no
+longer matches metrics.jsonl; a forger who also rewrites metrics.jsonl and both checksums is not
+caught here (the checkpoint beside them still holds the true metrics: deleting both files and
+rerunning rebuilds them from it).
 
 **One trainer per cell.** ``CellLock``: an exclusive POSIX record lock (``fcntl`` F_SETLK through
 ``lockf``) on ``train.lock``, held while a process trains the cell. The kernel releases it when
@@ -40,7 +52,7 @@ import os
 import socket
 from pathlib import Path
 
-from .files import UnreadableFile
+from .files import UnreadableFile, json_sha256, seal_json
 from .grid import CELL_PATTERN, fmt_lr
 
 CHECKPOINT = "checkpoint.pt"
@@ -60,17 +72,10 @@ def metrics_text(rows: list[dict]) -> str:
     return "".join(json.dumps(m) + "\n" for m in rows)
 
 
-def _sha256_of(result: dict) -> str:
-    body = {k: v for k, v in result.items() if k != "sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def seal(result: dict, metrics: str) -> dict:
     """``result`` with the checksums of ``metrics`` (metrics.jsonl's text) and of itself: the
     last step before result.json is written."""
-    sealed = {**result, "metrics_sha256": hashlib.sha256(metrics.encode()).hexdigest()}
-    sealed["sha256"] = _sha256_of(sealed)
-    return sealed
+    return seal_json({**result, "metrics_sha256": hashlib.sha256(metrics.encode()).hexdigest()})
 
 
 class BadCellFile(UnreadableFile):
@@ -78,7 +83,25 @@ class BadCellFile(UnreadableFile):
     file's path and ends with the fix."""
 
 
+def _link_in(cell: Path) -> Path | None:
+    """The first folder of ``cell``'s path below results/cells (task, model, ... the cell itself)
+    that is a symbolic link, or None."""
+    parts = cell.parts
+    root = next((i for i in range(len(parts) - 1) if parts[i:i + 2] == ("results", "cells")), None)
+    if root is None:
+        return None
+    for i in range(root + 3, len(parts) + 1):
+        if Path(*parts[:i]).is_symlink():
+            return Path(*parts[:i])
+    return None
+
+
 def _fix(cell: Path) -> str:
+    link = _link_in(cell)
+    if link is not None:  # `rm` through the link would delete the files of the folder it points to
+        return (f"{link} is a symbolic link (to {os.readlink(link)}), not a folder the workflow made: to fix, remove "
+                f"the link itself (rm {link}), not the files it points to, then run the workflow again: the cell is "
+                "trained in a folder of its own")
     how = ("its train job rebuilds both from checkpoint.pt (without training, the checkpoint being of "
            "the finished cell)" if (cell / CHECKPOINT).exists() else "its train job trains the cell again")
     return f"to fix: rm {cell / RESULT} {cell / METRICS}, then run the workflow again: {how}"
@@ -96,9 +119,14 @@ def _folder_of(result: dict) -> str:
 
 
 def read_result(path) -> dict:
-    """A cell's result.json, checked: valid JSON, its own checksum, and the cell it names is the
-    folder it lies in. Else BadCellFile naming the file, the problem and the fix."""
-    path = Path(path)
+    """A cell's result.json, checked: valid JSON, its own checksum, the cell it names is the
+    folder it lies in, and its final numbers are metrics.jsonl's (itself checked against the
+    checksum result.json recorded). Else BadCellFile naming the file, the problem and the fix."""
+    return _read_cell(Path(path))[0]
+
+
+def _read_cell(path: Path) -> tuple[dict, list[dict]]:
+    """(result.json, metrics.jsonl's rows) of the cell whose result is ``path``, checked."""
     cell = path.parent
     try:
         text = path.read_text()
@@ -112,7 +140,7 @@ def read_result(path) -> dict:
         raise _bad(cell, path.name, "not a JSON object")
     if "sha256" not in r or "metrics_sha256" not in r:
         raise _bad(cell, path.name, "no checksum (not written by this version of train.py)")
-    if r["sha256"] != _sha256_of(r):
+    if r["sha256"] != json_sha256(r):
         raise _bad(cell, path.name, "its contents differ from what its trainer wrote (sha256 mismatch: "
                                     "edited or damaged after training)")
     try:
@@ -120,14 +148,10 @@ def read_result(path) -> dict:
     except (KeyError, TypeError, ValueError) as e:
         raise _bad(cell, path.name, f"does not name its cell ({type(e).__name__}: {e})") from e
     if not cell.as_posix().endswith("/" + named):
-        raise _bad(cell, path.name, f"is the result of another cell ({named}): copied or moved")
-    return r
-
-
-def read_metrics(cell_dir) -> list[dict]:
-    """A finished cell's metrics.jsonl, checked against the checksum its result.json recorded."""
-    cell = Path(cell_dir)
-    r = read_result(cell / RESULT)
+        link = _link_in(cell)
+        where = (f"{link} is a symbolic link to a folder of another cell" if link is not None
+                 else "a foreign folder: copied or moved here from that cell's folder")
+        raise _bad(cell, path.name, f"is the result of another cell ({named}): {where}")
     try:
         data = (cell / METRICS).read_bytes()
     except OSError as e:
@@ -135,7 +159,40 @@ def read_metrics(cell_dir) -> list[dict]:
     if hashlib.sha256(data).hexdigest() != r["metrics_sha256"]:
         raise _bad(cell, METRICS, f"differs from the file its {RESULT} was written with (sha256 mismatch: "
                                   "cut, edited or damaged after training)")
-    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+    try:
+        rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+    except ValueError as e:
+        raise _bad(cell, METRICS, f"not valid JSON lines ({e})") from e
+    problem = _disagreement(r, rows)
+    if problem:
+        raise _bad(cell, path.name, f"{problem} (edited after training, its checksum recomputed)")
+    return r, rows
+
+
+# result.json's final numbers: the last metrics row's (train.py's _finish)
+FINAL = {"final_accuracy": ("test_accuracy", 0.0), "final_exact_match": ("test_exact_match", 0.0),
+         "final_test_loss": ("test_loss", None)}
+
+
+def _disagreement(r: dict, rows: list[dict]) -> str | None:
+    """Where result.json's numbers are not those of its metrics rows, or None."""
+    last = rows[-1] if rows else {}
+    for key, (column, default) in FINAL.items():
+        if key in r and r[key] != last.get(column, default):
+            return (f"its {key} is {r[key]!r} where the last epoch of {METRICS} has {column} "
+                    f"{last.get(column, default)!r}")
+    if "epochs_run" in r and r["epochs_run"] != len(rows):
+        return f"its epochs_run is {r['epochs_run']!r} where {METRICS} has {len(rows)} epoch(s)"
+    accs = [m.get("test_accuracy") for m in rows]
+    if "best_accuracy" in r and all(isinstance(a, (int, float)) for a in accs) \
+            and r["best_accuracy"] != max(accs, default=0.0):
+        return f"its best_accuracy is {r['best_accuracy']!r} where the best epoch of {METRICS} has {max(accs, default=0.0)!r}"
+    return None
+
+
+def read_metrics(cell_dir) -> list[dict]:
+    """A finished cell's metrics.jsonl, checked with its result.json (``read_result``)."""
+    return _read_cell(Path(cell_dir) / RESULT)[1]
 
 
 # ------------------------------------------------------------------------------ one trainer per cell

@@ -42,24 +42,94 @@ def check_path(path: str, key: str, root: str | None = "results") -> str:
     return path
 
 
+MAX_SEED = 2 ** 32 - 1  # numpy's legacy generators take 32 bits (the schema's seed)
+MAX_TEXT = 4096  # characters of any string in the config (the schema bounds titles and labels closer)
+
+
+def config_values(obj, key: str = ""):
+    """(key, value) of every value of ``obj`` that is no mapping or list, keys written as the
+    errors name them (``scales.tiny.recipes.tiny.betas[1]``)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from config_values(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from config_values(v, f"{key}[{i}]")
+    else:
+        yield key, obj
+
+
+def check_text(obj, key: str = "") -> None:
+    """Refuse a string longer than ``MAX_TEXT`` anywhere in ``obj`` (mixer_kwargs too, which the
+    schema leaves open), naming the key."""
+    for k, v in config_values(obj, key):
+        if isinstance(v, str) and len(v) > MAX_TEXT:
+            raise ConfigError(f"{k}: a text of {len(v):,} characters; at most {MAX_TEXT:,}")
+
+
 def check_finite(obj, key: str = "") -> None:
     """Refuse NaN and infinite numbers anywhere in ``obj`` (the schema's number type admits
     YAML's .inf and .nan), naming the key."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ConfigError(f"{key}: {obj} is not a finite number")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            check_finite(v, f"{key}.{k}" if key else str(k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            check_finite(v, f"{key}[{i}]")
+    for k, v in config_values(obj, key):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{k}: {v} is not a finite number")
+
+
+# a number YAML 1.1 (PyYAML, Snakemake) reads as a string: 1e-3 (no dot), 1E-3, +1e-3
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def lr_lists(config: dict):
+    """(key, list) of every learning-rate list in ``config``: lr_grids, each search's start and
+    range, each grid's lrs and each experiment's reference_lrs (a name of an lr grid is no list)."""
+    for name, lrs in (config.get("lr_grids") or {}).items():
+        yield f"lr_grids.{name}", lrs
+    for name, s in (config.get("lr_searches") or {}).items():
+        for k in ("start", "range"):
+            if isinstance(s, dict) and k in s:
+                yield f"lr_searches.{name}.{k}", s[k]
+    for scale, sc in (config.get("scales") or {}).items():
+        for exp, e in ((sc or {}).get("experiments") or {}).items() if isinstance(sc, dict) else ():
+            if not isinstance(e, dict):
+                continue
+            if "reference_lrs" in e:
+                yield f"scales.{scale}.experiments.{exp}.reference_lrs", e["reference_lrs"]
+            for i, g in enumerate(e.get("grids") or []):
+                if isinstance(g, dict) and "lrs" in g:
+                    yield f"scales.{scale}.experiments.{exp}.grids[{i}].lrs", g["lrs"]
+
+
+def check_lr_lists(config: dict) -> None:
+    """Every learning-rate list of ``config``, explained where it is wrong (ConfigError naming the
+    key): empty, an entry that is no number, not finite, or not > 0, a range that is not [lo, hi]
+    with lo < hi. A number YAML read as a string (``1e-3``, which YAML 1.1 does not take for a
+    number) is accepted: replaced by its value in place, before the schema sees it."""
+    for key, lrs in lr_lists(config):
+        if not isinstance(lrs, list):
+            continue  # an lr grid's name (the schema checks it)
+        if not lrs:
+            raise ConfigError(f"{key}: an empty list; give at least one learning rate (e.g. [1.0e-3])")
+        for i, x in enumerate(lrs):
+            if isinstance(x, str) and NUMBER.fullmatch(x.strip()):
+                lrs[i] = x = float(x)
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise ConfigError(f"{key}[{i}]: {x!r} is not a number; a learning rate is a number > 0 (e.g. 1.0e-3)")
+            if not math.isfinite(x):
+                raise ConfigError(f"{key}[{i}]: {x} is not a finite number")
+            if x <= 0:
+                what = "trains nothing" if x == 0 else "would climb the loss"
+                raise ConfigError(f"{key}[{i}]: {x:g} is not a learning rate: it {what}; a learning rate is > 0")
+        if key.endswith(".range") and (len(lrs) != 2 or not lrs[0] < lrs[1]):
+            raise ConfigError(f"{key}: {lrs} is not a range; give [lo, hi] with lo < hi")
 
 
 def check_grid(grid) -> None:
     """Everything about a scale that the schema cannot check, naming the key: references
     between its parts, the tasks' own limits, the mixers' arguments and requirements at every
     width, batch sizes, sizes a machine can hold, and every path built from its names."""
+    check_lr_lists(grid.config)
     check_finite(grid.config)
+    check_text(grid.config)
     on_disk = mixer_names()
     root = str(ROOT)
     for name, m in grid.models.items():
@@ -90,6 +160,9 @@ def check_grid(grid) -> None:
             if g["recipe"] not in grid.recipe_names:
                 raise ConfigError(f"{where}.recipe: unknown recipe {g['recipe']!r}; known: {sorted(grid.recipe_names)}")
             grid.lrs(g, where)
+            for j, seed in enumerate(g["seeds"]):
+                if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+                    raise ConfigError(f"{where}.seeds[{j}]: {seed!r} is not a seed (a whole number from 0 to {MAX_SEED})")
             recipe = grid.scale["recipes"][g["recipe"]]
             for t in g["tasks"]:
                 task = grid.scale["tasks"][t]

@@ -28,9 +28,46 @@ def naming(path):
         raise UnreadableFile(f"{path}: cannot read it: {type(err).__name__}: {err}") from err
 
 
-def read_json(path) -> dict:
-    with naming(path):
-        return json.loads(Path(path).read_text())
+# -- sealed JSON files: their own checksum inside ----------------------------------------------
+SEAL = "sha256"
+
+
+def json_sha256(obj: dict) -> str:
+    """The sha256 of ``obj``'s canonical JSON (sorted keys, no spaces) without its ``SEAL`` key:
+    what a sealed file's seal is. It tells the file its writer wrote from a truncated, damaged or
+    hand-edited one; it is not a signature (anyone can recompute it: see cellfiles for what the
+    readers check beyond it)."""
+    body = {k: v for k, v in obj.items() if k != SEAL}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def seal_json(obj: dict) -> dict:
+    return {**obj, SEAL: json_sha256(obj)}
+
+
+def sealed_problem(path) -> tuple[dict | None, str | None]:
+    """(the object, None) for a sealed JSON file that is intact; (None, why) for one that cannot
+    be read, is not JSON, has no seal or a seal that does not match its contents."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        return None, f"cannot read it ({type(e).__name__}: {e})"
+    except ValueError as e:
+        return None, f"not valid JSON (half-written or damaged: {e})"
+    if not isinstance(obj, dict):
+        return None, "not a JSON object"
+    if SEAL not in obj:
+        return None, "no checksum (not written by this version of the workflow)"
+    if obj[SEAL] != json_sha256(obj):
+        return None, "its contents differ from what its job wrote (sha256 mismatch: edited or damaged since)"
+    return obj, None
+
+
+def write_sealed_json(path, obj: dict) -> dict:
+    """Write ``obj`` with its seal, atomically; returns what was written."""
+    sealed = seal_json(obj)
+    write_json_atomic(path, sealed)
+    return sealed
 
 
 def read_csv(path, **kwargs):
@@ -93,37 +130,82 @@ def job_log(sm):
     """Run a Snakemake ``script:`` job's body with its stdout, stderr (warnings included) and
     any traceback written to the job's log (``sm.log[0]``), plus what it read and wrote."""
     t0 = time.perf_counter()
+    refused = None
     with open(sm.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         print(f"rule {sm.rule}{dict(sm.wildcards.items()) or ''}: {len(sm.input)} input file(s)", flush=True)
+        from .digest import CodeChanged, check_planned_code
+
         try:
+            code = getattr(sm.params, "code", None)
+            if isinstance(code, str):
+                check_planned_code(code)  # the sources are still those the job was planned with
             yield
+        except (CannotWrite, CodeChanged) as e:  # a full disk, a read-only folder, edited code: one line
+            refused = e
+            print(f"error: {e}", file=log)
         except BaseException:
             traceback.print_exc(file=log)
             log.flush()
             raise
-        print(f"wrote {', '.join(map(str, sm.output))} in {time.perf_counter() - t0:.2f} s", file=log)
+        else:
+            print(f"wrote {', '.join(map(str, sm.output))} in {time.perf_counter() - t0:.2f} s", file=log)
     sys.stdout.flush()
+    if refused is not None:
+        sys.exit(f"error: {refused}")
 
 
-class NoSpace(RuntimeError):
+class CannotWrite(RuntimeError):
+    """A write the file system refused (a full disk, a read-only folder); the message is one line
+    naming the file. Jobs print it without a traceback."""
+
+
+class NoSpace(CannotWrite):
     """A write that found the disk (or the quota) full; the message names the file."""
+
+
+class NotWritable(CannotWrite):
+    """A write into a folder that is read-only (permissions, a read-only mount, an immutable
+    folder); the message names the file."""
 
 
 def atomic_write(path, write) -> None:
     """``write(tmp)``, then rename ``tmp`` to ``path``: a reader sees the old file or the new one,
     never half of one. If anything fails, the ``.tmp`` file is removed; a full disk is NoSpace
-    naming ``path``. The one way this project writes a file that others read."""
+    and a read-only folder NotWritable, each naming ``path``. The one way this project writes a
+    file that others read."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _cannot_write(path, e) or e
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # hidden, and one per writer
     try:
         write(tmp)
         os.replace(tmp, path)
     except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpace(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left") from e
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # (a folder that became read-only keeps no .tmp file of ours anyway)
+            pass
+        refused = _cannot_write(path, e)
+        if refused:
+            raise refused from e
         raise
+
+
+def _cannot_write(path: Path, e: BaseException | None) -> CannotWrite | None:
+    """NoSpace or NotWritable for a write error that is (or was raised while handling: torch.save
+    reports a full disk as its own RuntimeError) a full disk or a refused folder; else None."""
+    for _ in range(10):
+        if e is None:
+            return None
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return NoSpace(f"no space left on {path} ({e.strerror}): nothing written, no .tmp file left")
+        if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return NotWritable(f"cannot write {path}: its folder {path.parent} is read-only ({e.strerror}); nothing "
+                               "written. Make the folder writable again, then run the workflow again")
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def write_text_atomic(path, text: str) -> None:

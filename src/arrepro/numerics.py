@@ -24,7 +24,8 @@ differ when only ``ATEN_CPU_CAPABILITY`` or ``MKL_CBWR`` changes). What decides,
 * Threads: one per cell (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``torch.set_num_threads``):
   ATen's parallel reductions split their work by thread count.
 
-``pin_environment()`` sets the variables (overriding the caller's) and must run before torch's
+``pin_environment()`` sets the variables (overriding the caller's: the record's ``overridden`` names
+what the caller had set, and train.log says so) and must run before torch's
 first import in the process that trains (scripts/train_cell.py calls it first). ``settle()`` runs
 after the import, where a cell starts: it sets the runtime switches and checks what torch really
 runs at. It returns the record written to result.json's ``numerics`` (and printed once in
@@ -115,14 +116,21 @@ def settle(threads: int | None = None) -> dict:
         problems.append(f"{n} threads, not {THREADS}: ATen's parallel reductions depend on the thread count")
     return {"pinned": not problems, "cpu_capability": cap, "threads": torch.get_num_threads(),
             "mkldnn": torch.backends.mkldnn.enabled, "nnpack": torch._C._get_nnpack_enabled(),
-            "env": env, "torch": torch.__version__, "cpu": cpu, "problems": problems}
+            "env": env, "torch": torch.__version__, "cpu": cpu, "problems": problems, "overridden": overridden()}
+
+
+def overridden() -> dict[str, str]:
+    """The caller's values of the pinned variables that ``pin_environment`` replaced (what the
+    environment asked for and did not get): recorded in the cell, so that an override is never
+    silent."""
+    return {k: v for k, v in _caller_env.items() if v is not None and v != PINS[k]}
 
 
 def merge(earlier: dict | None, now: dict) -> dict:
     """The record of a cell that may have been resumed: ``now``, unless an earlier attempt ran with
     other settings (the CPU's model aside: pinned runs on two CPUs are the same code); then the
     earlier record is kept under ``earlier`` and the cell is not pinned."""
-    same = lambda r: {k: v for k, v in r.items() if k != "cpu"}  # noqa: E731
+    same = lambda r: {k: v for k, v in r.items() if k not in ("cpu", "overridden")}  # noqa: E731
     if not earlier or same(earlier) == same(now):
         return now
     return {**now, "pinned": False, "earlier": earlier,
@@ -136,4 +144,5 @@ def describe(record: dict) -> str:
     line = (f"CPU numerics {head}: ATen {record['cpu_capability']}, {record['threads']} thread(s), "
             f"oneDNN {'on' if record['mkldnn'] else 'off'}, NNPACK {'on' if record['nnpack'] else 'off'}, "
             f"{env}; torch {record['torch']} on {record['cpu']['model']}")
+    line += "".join(f"\n  the caller's {k}={v} was replaced by the pin" for k, v in record.get("overridden", {}).items())
     return line + "".join(f"\n  problem: {p}" for p in record["problems"])

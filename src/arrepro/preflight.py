@@ -2,8 +2,12 @@
 takes a minute at the paper scale) and before any job: so that a problem is named first, in
 one or a few lines, and a damaged derived file is rebuilt instead of being used.
 
-* ``config_problem``: a config.yaml that fails the schema, in one line naming the key (Snakemake's
-  own ``validate`` message prints the whole config and schema after it);
+* ``check_config_file``: config.yaml before Snakemake reads it: its size, YAML aliases that
+  expand without end, keys given twice; ``command_line_config``: ``--config`` mappings read as
+  YAML (Snakemake reads their numbers as strings);
+* ``config_problem``: a config.yaml that fails the schema, in one line naming the key and where
+  it came from (config.yaml or ``--config``; Snakemake's own ``validate`` message prints the whole
+  config and schema after it);
 * ``missing_software``: conda (when rules deploy with it) and sbatch (for the Slurm executor);
 * ``other_run`` / ``record_run``: another Snakemake run in this folder (its pid), which Snakemake
   itself reports only as "incomplete files: use --rerun-incomplete", advice that would start
@@ -14,7 +18,11 @@ one or a few lines, and a damaged derived file is rebuilt instead of being used.
   recorded modification time back, so that no cell trained on it is planned again;
 * ``damaged_tables``: the derived tables against the checksum their writer stored beside them
   (``arrepro.files.write_table``), or, without one, against what their readers need; one that
-  fails (truncated, edited) is rebuilt (``force_rebuild``), with what the targets need of it.
+  fails (truncated, edited) is rebuilt (``force_rebuild``), with what the targets need of it; so
+  are the learning-rate search's stale or damaged plans and decision files (``arrepro.plans``) and
+  a ``results/NAME`` that is not the workflow's link (``foreign_links``);
+* ``stop_if_unwritable`` (the Snakefile's onstart, once the DAG is built): a folder a job about
+  to run must write in and cannot, in one line (Snakemake would crash removing old outputs there).
 
 Which Snakemake command runs (a dry run, a real run, or no run at all: --lint, --unlock, ...)
 is not part of Snakemake's API when the Snakefile is read: ``invocation`` reads it from the
@@ -26,6 +34,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -86,10 +95,124 @@ def say(message: str) -> None:
 
 
 # --------------------------------------------------------------------------- config.yaml
-def config_problem(err: Exception, source: str = "config.yaml") -> str:
+CONFIG_MAX_BYTES = 1 << 20  # config.yaml is 27 KB
+CONFIG_MAX_VALUES = 200_000  # values after YAML's aliases are expanded (config.yaml: about 5,000)
+COMMAND_LINE = "--config"  # how a refusal names a value given on the command line
+
+
+class ConfigFileError(ValueError):
+    """A config file refused before Snakemake reads it; the message is one line naming it."""
+
+
+def check_config_file(path: str | Path) -> None:
+    """Refuse, in one line naming the file (and the line), a config file that Snakemake would
+    read wrongly or never finish reading: over ``CONFIG_MAX_BYTES``; not YAML; a key given twice
+    in one mapping (YAML keeps the last silently); aliases that expand to more than
+    ``CONFIG_MAX_VALUES`` values (an "alias bomb": a few lines that expand to 10^9 values hang
+    every reader). Reads the YAML node graph only: nothing is expanded."""
+    import yaml
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # (Snakemake names a missing config file)
+    if size > CONFIG_MAX_BYTES:
+        raise ConfigFileError(f"{path}: {size:,} bytes, more than the {CONFIG_MAX_BYTES:,} a config may have")
+    try:
+        root = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigFileError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    if root is None:
+        return
+    sizes: dict[int, int] = {}
+
+    def expanded(node) -> int:  # values once every alias is expanded, each node counted once
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # (a recursive alias counts once)
+        if isinstance(node, yaml.MappingNode):
+            n = 1 + sum(expanded(k) + expanded(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(expanded(v) for v in node.value)
+        else:
+            n = 1
+        sizes[id(node)] = min(n, CONFIG_MAX_VALUES + 1)
+        return sizes[id(node)]
+
+    if expanded(root) > CONFIG_MAX_VALUES:
+        raise ConfigFileError(f"{path}: its aliases (*name) expand to more than {CONFIG_MAX_VALUES:,} values (an alias "
+                              "bomb?); write the values out, or use fewer nested aliases")
+    seen_maps: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen_maps or not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            continue
+        seen_maps.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo += node.value
+            continue
+        first: dict = {}
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                if k.value in first:
+                    raise ConfigFileError(f"{path}: line {k.start_mark.line + 1}: key {k.value!r} given twice in one "
+                                          f"mapping (first at line {first[k.value] + 1}); YAML would keep the last "
+                                          "silently: remove one")
+                first[k.value] = k.start_mark.line
+            todo += [k, v]
+
+
+def command_line_config(config_args) -> dict:
+    """The ``--config key=value`` arguments (Snakemake's raw ``config_args``) as a dict, every value
+    that is a YAML mapping or list (``lr_searches={tiny: {rounds: 1}}``) read as YAML: Snakemake
+    reads those with YAML's BaseLoader, every number a string. Scalars as Snakemake reads them."""
+    import yaml
+    from snakemake.cli import parse_config
+
+    out = {}
+    for arg in config_args or ():
+        key, sep, value = str(arg).partition("=")
+        if not sep or not value.lstrip().startswith(("{", "[")):
+            out.update(parse_config([arg]))
+            continue
+        if len(value) > CONFIG_MAX_BYTES:
+            raise ConfigFileError(f"{COMMAND_LINE} {key}=...: {len(value):,} characters, more than a config may have")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ConfigFileError(f"{COMMAND_LINE} {key}={value}: not valid YAML: {' '.join(str(e).split())}") from None
+    return out
+
+
+def config_source(path: str, overrides) -> str:
+    """Where the config value at ``path`` (dotted, as config_problem writes it) came from: the
+    command line (``--config``) if ``overrides`` (command_line_config) gave it, else config.yaml."""
+    parts = [p for p in re.split(r"[.\[\]]", path) if p]
+    node = overrides or {}
+    if not parts or not node:
+        return "config.yaml"
+    for part in parts:
+        if not isinstance(node, dict):  # a list or a value given on the command line holds it
+            return COMMAND_LINE
+        if part not in node:
+            return "config.yaml"
+        node = node[part]
+    return COMMAND_LINE
+
+
+def config_error(err: Exception, overrides=None) -> str:
+    """One line for a ConfigError (its message starts with the key), naming where the value came
+    from: config.yaml, or the command line (``overrides``: command_line_config)."""
+    return f"{config_source(str(err).split(':', 1)[0], overrides)}: {err}"
+
+
+def config_problem(err: Exception, source: str = "config.yaml", overrides=None) -> str:
     """One line for a config that Snakemake's ``validate`` refused: where (the key's path) and
     what, with the allowed keys for an unknown one. ``err``: validate's WorkflowError, raised while
-    handling jsonschema's ValidationError (its context)."""
+    handling jsonschema's ValidationError (its context). ``overrides``: the command line's
+    ``--config`` values; a refused value there is named as coming from the command line."""
     from jsonschema.exceptions import ValidationError, best_match
 
     e = err
@@ -97,9 +220,11 @@ def config_problem(err: Exception, source: str = "config.yaml") -> str:
         e = e.__cause__ or e.__context__
     if e is None:
         return f"{source}: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-    if e.context:  # oneOf/anyOf: the most relevant of the alternatives' errors
-        e = best_match(e.context)
+    if e.context:  # oneOf/anyOf: the alternative of the value's own type, else the most relevant error
+        e = best_match(e.context, key=_same_type_first(e.instance))
     path = e.json_path.removeprefix("$").lstrip(".")
+    if overrides:
+        source = config_source(path, overrides)
     where = f"at {path}" if path else "at the top level"
     if e.validator == "additionalProperties" and isinstance(e.instance, dict):
         known = e.schema.get("properties", {})
@@ -107,8 +232,28 @@ def config_problem(err: Exception, source: str = "config.yaml") -> str:
         allowed = ", ".join(sorted(known)) or "none"
         return (f"{source}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} {where} "
                 f"(allowed there: {allowed})")
-    message = e.message if len(e.message) <= 300 else e.message[:300] + " ..."
+    if e.validator == "maxLength" and isinstance(e.instance, str):
+        message = f"a text of {len(e.instance):,} characters; at most {e.validator_value:,}"
+    else:
+        message = e.message if len(e.message) <= 300 else e.message[:300] + " ..."
     return f"{source}: {where}: {message}"
+
+
+def _same_type_first(instance):
+    """best_match's key preferring the errors of an alternative written for the value's own JSON
+    type (a list of learning rates is told what is wrong with the list, not that it is no name)."""
+    from jsonschema.exceptions import relevance
+
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean"}
+    kind = next((v for k, v in kinds.items() if isinstance(instance, k)), "number")
+
+    def key(error):
+        types = error.schema.get("type") if isinstance(error.schema, dict) else None
+        types = [types] if isinstance(types, str) else types or []
+        mismatched = error.validator == "type" or (types and kind not in types and not (kind == "number" and "integer" in types))
+        return (not mismatched, *relevance(error))
+
+    return key
 
 
 # --------------------------------------------------------------------------- software
@@ -344,10 +489,62 @@ def force_rebuild(paths) -> bool:
 
 
 # --------------------------------------------------------------------------- the workflow's hook
-def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = ".") -> None:
+def unwritable_folders(paths) -> dict[str, str]:
+    """The existing folders of ``paths`` (the outputs of the jobs about to run) that refuse a new
+    file (permissions, a read-only mount, an immutable folder), each with why: Snakemake would
+    crash removing the old outputs there. Tried, not guessed from permission bits (root ignores
+    them)."""
+    import errno
+
+    out = {}
+    for folder in dict.fromkeys(os.path.dirname(str(p)) or "." for p in paths):
+        if not os.path.isdir(folder):
+            continue
+        probe = os.path.join(folder, f".arrepro-write-test.{os.getpid()}")
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                out[folder] = e.strerror
+    return out
+
+
+def stop_if_unwritable(jobs) -> None:
+    """Before any job (the Snakefile's onstart): a WorkflowError naming each folder where a job
+    about to run must write and cannot."""
+    from snakemake.exceptions import WorkflowError
+
+    bad = unwritable_folders(f for job in jobs for f in job.output)
+    if bad:
+        raise WorkflowError("stopping before any job: " + "; ".join(f"{d}: cannot write in this folder ({why})"
+                                                                   for d, why in bad.items())
+                            + ". Make the folder(s) writable, then run again")
+
+
+def foreign_links(names, root: str = "results") -> dict[str, str]:
+    """``results/NAME`` (figures, tables, the paper of the config's scale: workflow/rules/current.smk)
+    that exist and are not the link the workflow makes (``SCALE/NAME``): a regular file (an old
+    copy) or a link elsewhere, each with why (the workflow replaces it when it is asked for). A
+    folder there is named when it is asked for (common.smk's current_input)."""
+    out = {}
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.isdir(path) or not os.path.lexists(path):
+            continue
+        if not os.path.islink(path):
+            out[path] = "a regular file, not the link to this scale's output that the workflow makes"
+        elif not re.fullmatch(rf"[A-Za-z0-9][A-Za-z0-9_-]*/{re.escape(name)}", os.readlink(path)):
+            out[path] = f"a link to {os.readlink(path)}, not to this scale's output"
+    return out
+
+
+def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = ".", rebuild=None) -> None:
     """Everything above, for the run Snakemake is about to start (nothing for --lint, --unlock
     and other commands that run no job, nor inside a job): raise a WorkflowError naming what
-    stops the run; regenerate damaged datasets, move damaged tables aside, and say so."""
+    stops the run; regenerate damaged datasets, rebuild damaged tables and whatever
+    ``rebuild()`` returns ({path: why}: the search's stale plans, damaged decision files,
+    foreign links), and say so."""
     from snakemake.exceptions import WorkflowError
 
     run = invocation()
@@ -366,7 +563,7 @@ def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = "
         record_run(workdir)
     for note in check_data(tasks, run["dryrun"]):
         say(note)
-    bad = damaged_tables(tables)
+    bad = {**damaged_tables(tables), **(rebuild() if rebuild else {})}
     if bad and not force_rebuild(bad):
         raise WorkflowError("stopping before any job: " + "; ".join(f"{p}: {why}" for p, why in bad.items())
                             + ". Delete the file(s) and rerun")

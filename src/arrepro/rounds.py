@@ -269,9 +269,10 @@ def plan_path(out: str, group: str, r: int) -> str:
 
 
 def read_plan(path) -> dict:
-    from .files import read_json
+    """A round's plan, checked (arrepro.plans: its seal)."""
+    from .plans import read_plan as read_sealed_plan
 
-    return read_json(path)
+    return read_sealed_plan(path)
 
 
 def plan_rounds(plan: dict, key: str) -> list[Round]:
@@ -302,10 +303,12 @@ def read_accuracy(result_path, metric: str) -> float | None:
     return float(v)
 
 
-def run_round(searches_json: str, group: str, r: int, previous: dict | None, out_path, log=print) -> dict:
+def run_round(searches_json: str, group: str, r: int, previous: dict | None, out_path, log=print,
+              made_from: dict | None = None) -> dict:
     """Decide round ``r`` of a group from the plan of round r-1 (None: round 0, from the config)
-    and the results of its cells; write and return the new plan. Pure apart from reading the
-    cells' result files: the same results give the same plan."""
+    and the results of its cells; write and return the new plan (sealed, with ``made_from``:
+    arrepro.plans). Pure apart from reading the cells' result files: the same results give the
+    same plan."""
     defs = json.loads(searches_json)
     plan = {"group": group, "round": r, "searches": {}}
     counts: dict[str, int] = {}
@@ -329,9 +332,9 @@ def run_round(searches_json: str, group: str, r: int, previous: dict | None, out
     plan["summary"] = {"searches": len(defs), "phases": counts, "new_cells": new_cells}
     log(f"group {group}, round {r}: {len(defs)} searches ({', '.join(f'{n} {p}' for p, n in sorted(counts.items()))}); "
         f"{new_cells} new cells")
-    from .files import write_json_atomic
+    from .plans import write_plan
 
-    write_json_atomic(out_path, plan)
+    write_plan(out_path, plan, made_from)
     return plan
 
 
@@ -361,7 +364,7 @@ def write_reports(plans: list[dict], paths: list[str]) -> None:
     """One file per search (``paths``: ``.../searches/<search key>.json``, one per search of the
     plans): its setting, spec, every round (learning rates, seeds, accuracies, reason) and its
     state (outcome, chosen learning rate, window)."""
-    from .files import write_json_atomic
+    from .plans import write_report
 
     by_key = {p.split("/searches/", 1)[1].removesuffix(".json"): p for p in paths}
     for plan in plans:
@@ -369,7 +372,7 @@ def write_reports(plans: list[dict], paths: list[str]) -> None:
             acc = {(lr, seed): a for lr, seed, a in entry["state"]["results"]}
             rounds = [{**rd, "accuracies": [[lr, seed, acc.get((lr, seed))] for lr, seed in rd["cells"]]}
                       for rd in entry["rounds"]]
-            write_json_atomic(by_key.pop(key), {"search": key, "group": plan["group"], **entry, "rounds": rounds})
+            write_report(by_key.pop(key), {"search": key, "group": plan["group"], **entry, "rounds": rounds})
     if by_key:
         raise ValueError(f"no plan has the search(es) {sorted(by_key)}")
 

@@ -13,9 +13,11 @@ garbled or truncated one is reported and the cell starts over. It is used only i
 matches: the cell spec, the bytes of the task's data files, and the code (comments and docstrings
 aside) that trains the cell and that generated its data; so new data, an edited model or
 ``--forcerun`` never resume a stale run.
-``result.json`` is written last, atomically: its presence means the cell is finished; it carries
+``metrics.jsonl`` and then ``result.json`` are written when the cell ends (the checkpoint carries the
+metrics until then: a job that fails leaves no output for Snakemake to remove, in a folder that may
+have become read-only), atomically: result.json's presence means the cell is finished; it carries
 the checksums of itself and of ``metrics.jsonl`` (``arrepro.cellfiles``, which reads them back).
-Just before it, the checkpoint becomes the finished cell's record: its fingerprint and training
+Just before them, the checkpoint becomes the finished cell's record: its fingerprint and training
 state, without the model and optimiser state (a few KB instead of 12 bytes a parameter), enough to
 rebuild a deleted result.json and metrics.jsonl without training; with ``keep_weights`` the final
 weights stay beside it (``weights.pt``: the model's ``state_dict``, for ``torch.load``). A forced
@@ -485,7 +487,7 @@ def _train_epoch(run: Run, st: TrainState, stop: dict, stop_after_steps: int | N
 
 def _end_epoch(run: Run, st: TrainState) -> None:
     """Evaluate on the whole test set, record the epoch's row, decide whether to stop early,
-    and write the metrics and the checkpoint."""
+    and write the checkpoint (which carries the metrics so far)."""
     ep, xte, yte = st.epoch, run.data[2], run.data[3]
     ev = evaluate(run.model, xte, yte, max(run.spec["batch_size"], 256), run.device, run.autocast)
     row = {"epoch": ep + 1, "step": st.step, "lr": run.opt.param_groups[0]["lr"],
@@ -504,8 +506,7 @@ def _end_epoch(run: Run, st: TrainState) -> None:
     stop_at = run.recipe["early_stop_accuracy"]
     if stop_at is not None and ev["test_accuracy"] >= stop_at:
         st.done = True
-    _write_metrics(run, st)
-    _save(run, st)
+    _save(run, st)  # (metrics.jsonl is written with result.json: a job that fails leaves neither)
 
 
 def _finish(run: Run, st: TrainState) -> dict:

@@ -97,6 +97,22 @@ def die_with_parent() -> None:
         sys.exit(f"{PROG}: error: the process that started this job (pid {parent}) has exited")
 
 
+def check_code(spec: dict) -> None:
+    """The cell's code, once imported, is the code the workflow planned the cell with
+    (arrepro.digest.check_planned_code; nothing to check for a cell trained by hand)."""
+    from .catalogue import ROOT, train_sources
+    from .digest import check_planned_code
+    from .models import get_mixer
+
+    mixer = spec.get("model_def", {}).get("mixer") if isinstance(spec, dict) else None
+    if isinstance(mixer, str):
+        try:
+            get_mixer(mixer)  # its module imported: the code that runs is the code checked
+        except (KeyError, ValueError, ImportError):
+            return  # (the trainer names an unknown mixer itself)
+        check_planned_code(paths=train_sources(mixer, ROOT))
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description="Train one cell of the grid (see arrepro.trainjob).")
     ap.add_argument("--cell-json", required=True, help="the resolved cell spec (the train rule's param)")
@@ -153,7 +169,8 @@ def _train(a: argparse.Namespace, log: JobLog) -> int:
     forced = run["run"] if run and runfile.forces(run, runfile.TRAIN_RULE, [os.path.join(a.out, RESULT),
                                                                              os.path.join(a.out, METRICS)]) else None
     numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
-    from .files import NoSpace
+    from .digest import CodeChanged
+    from .files import CannotWrite
     from .train import TrainError, train_cell  # torch: once the arguments are read
 
     try:
@@ -161,9 +178,10 @@ def _train(a: argparse.Namespace, log: JobLog) -> int:
             spec = json.loads(a.cell_json)
         except ValueError as e:
             raise TrainError(f"--cell-json: not valid JSON ({e})") from None
+        check_code(spec)
         train_cell(spec, a.data, a.out, a.threads, log=log, forced_run=forced,
                    keep_weights=bool(run and run["keep_weights"]))
-    except (TrainError, NoSpace) as e:  # a clear message naming the file or key: no traceback
+    except (TrainError, CannotWrite, CodeChanged) as e:  # a clear message naming the file or key: no traceback
         log.error(f"{PROG}: error: {e}")
         return 1
     except SystemExit as e:  # Preempted: a checkpoint after a signal

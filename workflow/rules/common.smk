@@ -9,21 +9,22 @@ from snakemake.exceptions import WorkflowError
 from arrepro import resources as cluster  # wall time, memory, groups and GPU packs of a cell
 from arrepro import rounds as lr_rounds
 from arrepro import runfile
-from arrepro.digest import source_digest
+from arrepro.digest import record_planned, source_digest
 from arrepro.catalogue import script_sources, train_sources
 from arrepro.checks import load_grid
 from arrepro.grid import CELL_PATTERN, ConfigError, one_of
+from arrepro.preflight import config_error
 
 try:
     GRID = load_grid(config)
 except (ConfigError, KeyError) as err:
-    raise WorkflowError(f"config.yaml: {err}")
+    raise WorkflowError(config_error(err, COMMAND_LINE))
 
 # the learning-rate searches (src/arrepro/rounds.py): what every grid trains, round by round
 try:
     SEARCHES = lr_rounds.Searches(GRID)
 except (ConfigError, KeyError) as err:
-    raise WorkflowError(f"config.yaml: {err}")
+    raise WorkflowError(config_error(err, COMMAND_LINE))
 
 OUT = GRID.out  # results/{scale}: this scale's figures, tables, paper and logs
 EXPERIMENTS = list(GRID.experiments)
@@ -36,8 +37,12 @@ CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
 def code(*paths):
     """A digest of these source files' code (comments, docstrings, formatting ignored). Rules
     record it as a param instead of declaring the files as inputs: Snakemake reruns a job when
-    its params change, so a comment edit reruns nothing and a code edit exactly its jobs."""
-    return source_digest(paths, ROOT)
+    its params change, so a comment edit reruns nothing and a code edit exactly its jobs. The
+    jobs check that their code still has this digest when they start (arrepro.digest:
+    record_planned, check_planned_code): an edit while the workflow runs stops them."""
+    digest = source_digest(paths, ROOT)
+    record_planned(paths, digest, ROOT)
+    return digest
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,6 +144,10 @@ CURRENT.append("paper.pdf")
 
 
 def current_input(wc):
+    link = f"results/{wc.name}"
+    if os.path.isdir(link) and not os.path.islink(link):  # (make_link replaces a file or a link, never a folder)
+        raise WorkflowError(f"{link}: a folder, where this command makes a link to {OUT}/{wc.name}: move the folder "
+                            f"away (mv {link} {link}.old), then run again")
     if wc.name not in CURRENT:  # an output of another scale: say which, rather than "no rule"
         exp = os.path.splitext(wc.name)[0]
         other = [s for s, sc in config["scales"].items() if exp in sc.get("experiments", {})]
@@ -147,6 +156,17 @@ def current_input(wc):
         raise WorkflowError(f"results/{wc.name}: scale {GRID.scale_name} (config.yaml's `scale`, or --config scale=...) "
                             f"has no such output; it has: {', '.join(CURRENT)}{hint}")
     return f"{OUT}/{wc.name}"
+
+
+# the scales whose outputs (results/SCALE/...) this run does not build (not the shared cells and data)
+OTHER_SCALES = [s for s in config["scales"] if s not in (GRID.scale_name, "cells", "data")]
+
+
+def other_scale_input(wc):
+    path = f"results/{wc.scale}/{wc.path}"
+    raise WorkflowError(f"{path}: an output of scale {wc.scale}, and this run's scale is {GRID.scale_name} (config.yaml's "
+                        f"`scale`, or --config scale=...): add --config scale={wc.scale} after the targets "
+                        f"(`snakemake {path} --config scale={wc.scale}`)")
 
 
 def make_link(target, link, log):

@@ -18,3 +18,21 @@ rule current:
     localrule: True
     run:
         make_link(params.target, output[0], log[0])
+
+
+# results/OTHER/...: an output of another scale than this run's (`snakemake results/tiny/fig1.pdf`
+# while config.yaml's scale is demo): say which --config scale=... to add, rather than Snakemake's
+# bare "No rule to produce". (Never runs: its input function stops the planning.)
+rule other_scale:
+    output:
+        "results/{scale}/{path}",
+    input:
+        other_scale_input,
+    log:
+        "results/{scale}/logs/other_scale/{path}.log",
+    wildcard_constraints:
+        scale=one_of(OTHER_SCALES),
+        path=r".+",
+    localrule: True
+    run:
+        raise WorkflowError(f"{output[0]}: an output of scale {wildcards.scale}, not of this run's scale")

@@ -1,11 +1,17 @@
 # Before Snakemake builds the DAG (a minute at the paper scale) and starts any job
 # (src/arrepro/preflight.py): the software the run needs (conda, sbatch), another run holding
 # this folder (named, with its pid), the scale's datasets against the checksums recorded beside
-# them (a damaged one is regenerated), and its derived tables against their writer's checksum (a
-# damaged one is moved aside, so that it is rebuilt). No rules here.
+# them (a damaged one is regenerated), its derived tables against their writer's checksum, the
+# learning-rate search's plans and decision files against their seals and what they were made
+# from (src/arrepro/plans.py), and results/NAME links (each damaged, stale or foreign one is
+# rebuilt: its job is forced). No rules here.
+from arrepro import plans as lr_plans  # noqa: E402
 from arrepro import preflight  # noqa: E402
 
-preflight.before_dag(workflow, GRID.tasks, [t for e in EXPERIMENTS for t in GRID.tables(e)] + [GRID.cells_table])
+preflight.before_dag(workflow, GRID.tasks, [t for e in EXPERIMENTS for t in GRID.tables(e)] + [GRID.cells_table],
+                     rebuild=lambda: {**lr_plans.stale_plans(SEARCHES, OUT, SEARCH_CODE),
+                                      **lr_plans.damaged_reports(s.report_path(OUT) for s in SEARCHES.searches.values()),
+                                      **preflight.foreign_links(CURRENT)})
 
 
 # Record the checksums of the datasets this run wrote (the next run's start checks them).
