@@ -9,7 +9,7 @@ from arrepro import plans as lr_plans  # noqa: E402
 from arrepro import preflight  # noqa: E402
 
 preflight.before_dag(workflow, GRID.tasks, [t for e in EXPERIMENTS for t in GRID.tables(e)] + [GRID.cells_table],
-                     rebuild=lambda: {**lr_plans.stale_plans(SEARCHES, OUT, SEARCH_CODE),
+                     rebuild=lambda: {**lr_plans.stale_plans(SEARCHES, OUT, script_code("scripts/search_round.py")),
                                       **lr_plans.damaged_reports(s.report_path(OUT) for s in SEARCHES.searches.values()),
                                       **preflight.foreign_links(CURRENT)})
 
