@@ -11,7 +11,7 @@ the gate's half, no MLP) has no box: what is drawn is what is trained.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 # config model -> (the paper's figure number, or None, and the panel's title)
 PAPER_FIGURES = {
@@ -219,8 +219,29 @@ def panel_title(model: str) -> str:
     return f"{f'the paper’s Fig. {number}' if number else 'reference'}\n{text}\n(model {model})"
 
 
-def draw(models: dict, title: str, scale: str, paths) -> None:
-    """One panel per built model (``{config name: LanguageModel}``), each one layer of it."""
+def structure(specs_: dict[str, dict]) -> list[dict]:
+    """Each spec's model built as the trainer builds it, walked: [{"model": name, "boxes": [...],
+    "sizes": {...}, ...}] in ``specs_``' order (JSON-ready: the rule ``block_structure`` writes it,
+    in the training software's env)."""
+    import torch
+
+    torch.manual_seed(0)
+    out = []
+    for name, spec in specs_.items():
+        model = build(spec)
+        out.append({"model": name, "boxes": [asdict(b) for b in block_boxes(model)], "sizes": sizes(model),
+                    "width": spec["width"], "layers": spec["layers"], "task": spec["task"]})
+    return out
+
+
+def write_structure(specs_: dict[str, dict], path) -> None:
+    from .files import write_json_atomic
+
+    write_json_atomic(path, {"blocks": structure(specs_)})
+
+
+def draw(blocks: list[dict], title: str, scale: str, paths) -> None:
+    """One panel per model of ``structure``'s output, each one layer of it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -228,18 +249,16 @@ def draw(models: dict, title: str, scale: str, paths) -> None:
 
     from .plots import _finish
 
-    n = len(models)
-    boxes = {name: block_boxes(m) for name, m in models.items()}
+    boxes = {d["model"]: [Box(**b) for b in d["boxes"]] for d in blocks}
     height = max(max(y for _, y in layout(b).values()) + 0.8 for b in boxes.values())
-    fig, axes = plt.subplots(1, n, figsize=(2.6 * n, 0.55 * height + 1.6), squeeze=False)
-    for ax, (name, model) in zip(axes[0], models.items()):
-        _draw_panel(ax, boxes[name], panel_title(name), sizes(model), height)
+    fig, axes = plt.subplots(1, len(blocks), figsize=(2.6 * len(blocks), 0.55 * height + 1.6), squeeze=False)
+    for ax, d in zip(axes[0], blocks):
+        _draw_panel(ax, boxes[d["model"]], panel_title(d["model"]), d["sizes"], height)
     _finish(fig, title, scale, paths)
 
 
-def render(specs_: dict[str, dict], title: str, scale: str, paths) -> None:
-    """Build each spec's model (as the trainer does) and draw its block."""
-    import torch
+def render(structure_json, title: str, scale: str, paths) -> None:
+    """The figure from the structure file (no torch needed: the plotting env draws it)."""
+    from .files import read_json
 
-    torch.manual_seed(0)
-    draw({name: build(spec) for name, spec in specs_.items()}, title, scale, paths)
+    draw(read_json(structure_json)["blocks"], title, scale, paths)
