@@ -21,6 +21,7 @@ import yaml
 from arrepro.aggregate import best_over_lr
 from arrepro.data import task_seq_len
 from arrepro.grid import Grid
+from arrepro.blocks import block_models
 from arrepro.paper import BEST_COLUMNS, grid_meta, is_replication, manuscript_keys, write_paper_inputs
 from arrepro.tools import apt_install
 
@@ -123,6 +124,8 @@ def best_table(cells: pd.DataFrame, metric: str) -> pd.DataFrame:
     best["search"] = best["series"] + "/" + best["model"] + "/" + best["width"].astype(str) + "/" + best["layers"].astype(str)
     best["outcome"] = np.where(best["window_status"] == "not learned", "not learned", "resolved")
     return best
+
+
 def fabricate_results(wd: Path, scale: str, config: dict) -> None:
     """What the workflow would have made for this scale, with made-up accuracies; in the first
     experiment, the first model's best is PLANTED (its first setting's, at a candidate learning rate)."""
@@ -167,6 +170,25 @@ def fabricate_results(wd: Path, scale: str, config: dict) -> None:
                 (out / f"{exp}.tex").write_text(
                     "\\begin{tabular}{lr}\\toprule\nmodel & accuracy \\\\\\midrule\n"
                     f"{exp.replace('_', '-')} & 0.5 \\\\\n\\bottomrule\n\\end{{tabular}}\n")
+    if block_models(grid):  # the Mamba blocks' figure (rules block_structure, blocks)
+        (out / "tables/blocks.json").write_text('{"blocks": []}\n')
+        fig, ax = plt.subplots(figsize=(6, 2.5))
+        ax.set_title("fabricated figure blocks")
+        fig.savefig(out / "blocks.pdf")
+        plt.close(fig)
+
+
+# What a sentence about a result the scale does not have, or a number badly put into words, prints
+BAD_TEXT = {"a missing number": r"n/a", "NaN": r"(?i)\bnan\b", "Python's None": r"\bNone\b",
+            "a count of nothing": r"\b0 (rounds|epochs|seeds|layers)\b",
+            "a wrong plural": r"\b1 (epochs|rounds|seeds|layers|settings|runs|learning rates|model variants)\b",
+            "a plural left to the reader": r"\w\(s\)", "a double dot": r"[a-z]\.\. "}
+
+
+def bad_text(flat: str) -> list[str]:
+    """The passages of a PDF's text that read as a program's output, not a person's."""
+    return [f"{what}: ...{flat[max(m.start() - 60, 0):m.end() + 40]}..." for what, rx in BAD_TEXT.items()
+            for m in re.finditer(rx, flat)]
 
 
 @pytest.mark.slow
@@ -199,6 +221,16 @@ def test_paper_builds_from_the_results(tex, tmp_path, scale):
         if "table" in e:
             assert re.search(rf"\((\./)?results/{exp}\.tex", tex_log), exp
     assert "??" not in flat  # no undefined reference or citation
+    assert not bad_text(flat), "\n".join(bad_text(flat))
+    if block_models(Grid(config, scale)):  # the paper's Figs. 8-10, under their numbers
+        assert "fabricated figure blocks" in flat and "<results/blocks.pdf" in tex_log
+        assert re.search(r"Figures? (8|9|10)\b.{0,20}: One layer of Mamba", flat), flat
+    # one numbering: the paper's numbers for its figures and tables, S1, S2, ... for the document's own
+    for exp, e in Grid(config, scale).experiments.items():
+        m = re.fullmatch(r"(fig|table)(\d+)", exp)
+        if m:
+            assert f"{'Figure' if m.group(1) == 'fig' else 'Table'} {m.group(2)}: " in flat, exp
+    assert "Table S1: Tasks and recipes" in flat and "Numbering." in flat
 
 
 def test_a_missing_column_fails_loudly(tmp_path, config):
@@ -241,8 +273,8 @@ def test_a_key_the_numbers_cannot_define_fails_naming_it(tmp_path, config, typo)
 
 def test_the_manuscript_keys_are_all_known(tmp_path, config):
     """paper/main.tex itself passes (a result this scale lacks, like a model it does not train,
-    is a known key and reads n/a); and the check sees its keys."""
+    is a known key, which main.tex reads only where the run has it); and the check sees its keys."""
     keys = manuscript_keys((ROOT / "paper/main.tex").read_text())
-    assert "fig1/mamba/maxlr" in keys and "claim/lrwindow" in keys and not any("#" in k for k in keys)
+    assert "fig3/mamba/max" in keys and "claim/lrwindow" in keys and not any("#" in k for k in keys)
     paper_inputs(tmp_path, config, ROOT / "paper/main.tex")
     assert r"\arset{claims/inconclusive}" in (tmp_path / "numbers.tex").read_text()

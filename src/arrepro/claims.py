@@ -258,7 +258,7 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
             ups, downs = ups + (c > 0), downs + (c < 0)
             shown.append(f"{_setting_text(r)}: {wa.short()} vs {wb.short()}")
         vs.append(tally(ups, downs))
-        parts.append(f"{a} vs {b}, {len(m)} setting(s): {a}'s window wider in {ups}, narrower in {downs}, "
+        parts.append(f"{a} vs {b}, {len(m)} setting{'s' if len(m) != 1 else ''}: {a}'s window wider in {ups}, narrower in {downs}, "
                      f"undecided in {len(m) - ups - downs} ({'; '.join(shown[:3])}{'; ...' if len(shown) > 3 else ''})")
     if not vs:
         return None

@@ -299,7 +299,7 @@ class Results:
         main = self.rows()
         if not main.empty:
             top = main.loc[main["mean"].idxmax()]
-            out.update({f"{self.name}/best/model": tex_escape(top["model"]), f"{self.name}/best/width": fmt_int(top["width"]),
+            out.update({f"{self.name}/best/model": model_name(top["model"]), f"{self.name}/best/width": fmt_int(top["width"]),
                         f"{self.name}/best/layers": fmt_int(top["layers"]), f"{self.name}/best/len": fmt_int(top["seq_len"]),
                         f"{self.name}/best/acc": pct(top["mean"]), f"{self.name}/best/basis": rests_on(top),
                         f"{self.name}/layers": join([str(n) for n in sorted(main["layers"].unique())])})
@@ -315,7 +315,7 @@ class Results:
             out[f"{self.name}/gain"] = points(gain)
         spread = self.pe_spread()
         if spread is not None:
-            out[f"{self.name}/pespread"], out[f"{self.name}/pespreadmodel"] = f"{spread[0]:.1f}", tex_escape(spread[1])
+            out[f"{self.name}/pespread"], out[f"{self.name}/pespreadmodel"] = points(spread[0]).lstrip("+"), model_name(spread[1])
         return out
 
     def models(self, part: str = "main") -> list[str]:
@@ -332,6 +332,7 @@ class Results:
         out = {"models": join([model_name(m) for m in models]),
                "maxlist": join([f"{model_name(m)} {self.stat(m, 'max')}" for m in models]),
                "basis": self.basis(), "goodtext": self.good_text(), "besttext": self.best_text(),
+               "goodmain": self.good_text(("attention", "hyena", "mamba")),
                "widest": join([f"{model_name(m)} {self.stat(m, 'window')}" for m in models if self.stat(m, "window")]),
                "untrained": self.untrained_text()}
         if self.series["zoo"] and not self.rows(part="zoo").empty:
@@ -383,17 +384,21 @@ class Results:
         spread = r"$\pm$ the standard deviation over those seeds" if kind == "table" else "bars from min to max over them"
         return f"Each number is {stat_txt}; {spread}."
 
-    def good_text(self) -> str:
-        """Per model, the setting with the most good learning rates: "attention reaches 90\\% at 3
-        of the 5 learning rates its search tried (a window of ...), Hyena at none of 4 (...)"."""
+    def good_text(self, models=None) -> str:
+        """Per model (of ``models``, if given), the setting with the most good learning rates:
+        "attention reaches 90\\% at 3 of the 5 learning rates tried ($10^{-3}$ to $10^{-2}$), Hyena at
+        none of the 4"."""
         parts = []
-        for i, m in enumerate(self.models()):
+        for i, m in enumerate(x for x in self.models() if models is None or x in models):
             b = self.rows(m)
             if "window_status" not in b.columns:
                 return ""
             ws = [(window_of(r), r) for _, r in b.iterrows()]
             w, r = max(ws, key=lambda p: (p[0].n_good, window_rank(p[0])))
-            where = f" at length {fmt_int(r['seq_len'])}, width {fmt_int(r['width'])}" if len(b) > 1 else ""
+            main = self.rows()
+            varies = [(k, f"{k.replace('seq_len', 'length')} {fmt_int(r[k])}") for k in ("seq_len", "width", "layers")
+                      if main[k].nunique() > 1]
+            where = f" at {', '.join(t for _, t in varies)}" if varies else ""
             tried = int(r["n_lrs"])
             count = "none" if w.n_good == 0 else str(w.n_good)
             verb = f"{model_name(m)}{' reaches ' + GOOD_TEXT if i == 0 else ''} at {count} of the {tried} learning rates tried"
@@ -439,14 +444,15 @@ class Results:
             zm = next((z for z in self.models("zoo") if architecture(z) == m), None)
             if zm is None or self.rows(m)["mixer"].iloc[0] in ATTENTION_MIXERS:
                 continue
-            top = self.rows(m).sort_values("mean").iloc[-1]
-            z = self.rows(zm, part="zoo")
-            z = z[(z["width"] == top["width"]) & (z["layers"] == top["layers"]) & (z["task"] == top["task"])]
-            if z.empty:
+            zoo = self.rows(zm, part="zoo")
+            both = self.rows(m).merge(zoo[["task", "width", "layers"]], on=["task", "width", "layers"])
+            if both.empty:
                 continue
+            top = both.sort_values("mean").iloc[-1]  # the best of the settings both trained
+            z = zoo[(zoo["width"] == top["width"]) & (zoo["layers"] == top["layers"]) & (zoo["task"] == top["task"])]
             a, b = (pct_range(r["mean"], r["min"], r["max"]) for r in (top, z.iloc[0]))
             where = "" if self.rows()["seq_len"].nunique() == 1 else f", length {fmt_int(top['seq_len'])}"
-            text += (f"; {fmt_int(top['layers'])}-layer {model_name(m)}'s best setting (width {fmt_int(top['width'])}"
+            text += (f"; {fmt_int(top['layers'])}-layer {model_name(m)}'s best setting of those (width {fmt_int(top['width'])}"
                      f"{where}) reaches " + (f"{a} with both" if a == b else f"{a} with {ours} and {b} with the coarse grid"))
         return text
 
@@ -544,7 +550,9 @@ def _describe(model: str, definition: dict) -> str:
     if d["mixer"] == "attention":
         heads = d["mixer_kwargs"].get("num_heads", 1)
         pos = {"learned": "learned absolute", "rope": "rotary", "sinusoidal": "sinusoidal"}.get(d["position"], "no")
-        return f"{name}{cite} ({plural(heads, 'head')}, {pos} positions)"
+        return f"{'a Transformer' if model in COPY_MODELS else name}{cite} ({plural(heads, 'head')}, {pos} positions)"
+    if model in COPY_MODELS and "d_state" in d["mixer_kwargs"]:
+        return f"{name}{cite} (state size {d['mixer_kwargs']['d_state']})"
     return name + cite
 
 
@@ -565,7 +573,9 @@ def models_text(meta: dict) -> str:
     if abl:
         conv = [m for m in abl if m.startswith("attention_conv_")]
         mamba = [model_name(m) for m in abl if m not in conv]
-        where = join([{"qkv": "Q, K and V", "q": "Q", "k": "K", "v": "V"}[m.rsplit("_", 1)[1]] for m in conv], "or")
+        singles = [m.rsplit("_", 1)[1].upper() for m in conv if not m.endswith("_qkv")]
+        where = join((["Q, K and V together"] if any(m.endswith("_qkv") for m in conv) else [])
+                     + ([f"{join(singles, 'or')} alone"] if singles else []), "or of")
         items = ([f"attention with a short causal convolution on the input of {where} \\citep{{li2024convolution}}"]
                  if conv else []) + mamba
         parts.append(f"the ablations of the paper's Section~7: {join(items)}")
@@ -703,7 +713,7 @@ def protocol_text(meta: dict) -> str:
     text = ("Every number reported is the paper's statistic (its Appendix~A.2): the best, over the learning "
             "rates, of the mean accuracy over every reported seed. Which learning rates compete is decided by a "
             "deterministic search, one per setting, which the workflow runs in rounds (\\texttt{src/arrepro/search.py}; "
-            "every decision and its reason is written to a file). Round~0 trains a start grid on the search seed(s). "
+            "every decision and its reason is written to a file). Round~0 trains a start grid on the seeds a search starts with. "
             "Then, for at most a given number of rounds, each adding at most a given number of learning rates: a best "
             "learning rate on the edge of what was tried extends the search outward by the start grid's step, never "
             "leaving the search's range; otherwise new learning rates bracket the best at geometric midpoints until its "
@@ -803,12 +813,12 @@ def fidelity_tex(meta: dict) -> str:
 MODEL_STATS = {"max", "maxpm", "maxwidth", "maxlayers", "maxlen", "maxlr", "maxparams", "min", "minwidth", "minlen",
                "solved", "settings", "solvedof", "solvetext", "maxbasis", "good", "nlrs", "window", "refbest", "cells", "diverged",
                *(f"{shape}/{k}" for shape in ("wide", "deep") for k in ("acc", "width", "layers", "params", "shape"))}
-SENTENCES = {"models", "maxlist", "basis", "goodtext", "besttext", "widest", "gridtext", "legend", "untrained"}  # Results.sentences
+SENTENCES = {"models", "maxlist", "basis", "goodtext", "goodmain", "besttext", "widest", "gridtext", "legend", "untrained"}  # Results.sentences
 EXP_FIELDS = {"title", "metric", "layers", "reflrs", "nlrs", "zoo/nlrs", "gain", "pespread", "pespreadmodel",
               *SENTENCES, *(f"best/{k}" for k in ("model", "width", "layers", "len", "acc", "basis"))}
 COPY_ALIASES = {"copytransformer": COPY_TRANSFORMER, "copymamba": COPY_MAMBA}  # \R{fig5/copymamba/max}, ...
 RUN_KEYS = {"claims/n", "claims/consistent", "claims/contradicted", "claims/inconclusive", "claims/notjudged",
-            "claims/summary", "blocks/models", "blocks/paper"}
+            "claims/summary", "blocks/models", "blocks/paper", "blocks/paperdrew"}
 
 
 def manuscript_keys(tex: str) -> list[str]:
@@ -868,10 +878,11 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
         "SeedsText": seeds_list(sorted(cells["seed"].unique())),
         "ModelsCount": plural(cells["model"].nunique(), "model variant"),
         "CellsCount": plural(len(cells), "training run"),
-        "DivergedText": (f"None of the {plural(len(cells), 'run')} diverged" if not cells["diverged"].astype(bool).any()
+        "DivergedText": (f"Of the {plural(len(cells), 'run')}, none diverged" if not cells["diverged"].astype(bool).any()
                          else f"{fmt_int(cells['diverged'].astype(bool).sum())} of the {plural(len(cells), 'run')} "
                               "diverged (non-finite loss); they are kept and count as failures"),
         "ModelsText": models_text(meta),
+        "BlocksName": "Figures" if any(c in float_numbers(meta).get("blocks", "") for c in "-,") else "Figure",
         "TrainHours": f"{cells['train_seconds'].sum() / 3600:.2g}",
         "MetricName": METRIC_NAMES.get(meta["metric"], tex_escape(meta["metric"])),
         "GoodThreshold": GOOD_TEXT,
@@ -904,9 +915,12 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
         from .blocks import PAPER_FIGURES
 
         keys["blocks/models"] = join([model_name(m) for m in meta["blocks"]])
-        drawn = [f"{PAPER_FIGURES[m][0]} ({model_name(m)})" for m in meta["blocks"] if PAPER_FIGURES[m][0]]
+        drawn = [m for m in meta["blocks"] if PAPER_FIGURES[m][0]]
         if drawn:
-            keys["blocks/paper"] = f"the paper's Figure{'s' if len(drawn) > 1 else ''} {join(drawn)}"
+            many = len(drawn) > 1
+            keys["blocks/paper"] = (f"the paper's Figure{'s' if many else ''} {join([str(PAPER_FIGURES[m][0]) for m in drawn])} "
+                                    f"show{'' if many else 's'} {join([model_name(m) for m in drawn])}")
+            keys["blocks/paperdrew"] = cap(keys["blocks/paper"])
     for v in ("consistent", "contradicted", "inconclusive"):
         keys[f"claims/{v}"] = fmt_int(sum(x == v for x in claim_keys.values()))
     not_judged = [f"{exp}: {text}" for cid, exp, text, _ in CLAIMS if f"claim/{cid}" not in claim_keys]
