@@ -278,3 +278,40 @@ def test_the_manuscript_keys_are_all_known(tmp_path, config):
     assert "fig3/mamba/max" in keys and "claim/lrwindow" in keys and not any("#" in k for k in keys)
     paper_inputs(tmp_path, config, ROOT / "paper/main.tex")
     assert r"\arset{claims/inconclusive}" in (tmp_path / "numbers.tex").read_text()
+
+
+def test_one_rounding_rule_for_the_readme_and_the_pdf(tmp_path, config):
+    """0.9755 printed 0.976 in the README (three decimals, half up) and 97.5 in the PDF (binary
+    100 * 0.9755 = 97.549...): one rule now, the same digits either way, tables included."""
+    from arrepro.tables import render_table
+    from arrepro.tex import acc, pct, pct_range
+
+    assert (acc(0.9755), acc(0.9755, percent=False), pct(0.9755)) == ("97.6", "0.976", r"97.6\%")
+    assert (acc(0.97549), acc(0.0), acc(1.0), acc(0.6640625)) == ("97.5", "0.0", "100.0", "66.4")
+    assert pct_range(0.9755, 0.95, 0.9755) == r"97.6\% [95.0--97.6]"
+    grid = Grid(config, "demo")
+    cells = fabricate_cells(grid, "table2", np.random.default_rng(0))
+    best = best_table(cells, "final_accuracy").assign(mean=0.9755, std=0.0)
+    best.to_csv(tmp_path / "b.csv", index=False)
+    cells.to_csv(tmp_path / "c.csv", index=False)
+    render_table("accuracy", tmp_path / "b.csv", tmp_path / "c.csv", grid.experiment_models("table2"),
+                 "final_accuracy", "demo", tmp_path / "t.csv", tmp_path / "t.tex")
+    assert "97.6 $\\pm$ 0.0" in (tmp_path / "t.tex").read_text() and "97.5" not in (tmp_path / "t.tex").read_text()
+
+
+@pytest.mark.parametrize("scale", ["demo", "tiny"])
+def test_the_numbers_read_as_written(tmp_path, config, scale):
+    """numbers.tex alone (no TeX needed): every sentence, number and caption text it defines, on
+    realistic tables, reads as written by a person (the PDF test checks what main.tex makes of them)."""
+    grid = Grid(config, scale)
+    best_csvs, cells_csvs = {}, {}
+    for exp in grid.experiments:
+        cells = fabricate_cells(grid, exp, np.random.default_rng(0))
+        cells.to_csv(cells_csvs.setdefault(exp, tmp_path / f"{exp}_cells.csv"), index=False)
+        best_table(cells, grid.metric(exp)).to_csv(best_csvs.setdefault(exp, tmp_path / f"{exp}_best.csv"), index=False)
+    write_paper_inputs(grid_meta(grid, config), best_csvs, cells_csvs, tmp_path / "numbers.tex", tmp_path / "setup.tex")
+    values = re.findall(r"\\arset\{[^{}]*\}\{(.*)\}$", (tmp_path / "numbers.tex").read_text(), re.M)
+    values += re.findall(r"\\newcommand\{\\[A-Za-z]+\}\{(.*)\}$", (tmp_path / "numbers.tex").read_text(), re.M)
+    text = " ".join(values)
+    assert not bad_text(text), "\n".join(bad_text(text))
+    assert not re.search(r"[^\x00-\x7f]", text)  # (a raw '±' needs TS1 fonts, which stop pdflatex)
