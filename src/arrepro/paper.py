@@ -15,7 +15,11 @@ setup.tex    ``\\SetupTables`` and ``\\SetupGrids``: the scale's tasks, recipes 
              config declares them.
 
 Nothing here is typed by hand: a number in the manuscript is a number in a results table.
-A missing column fails loudly; a model an experiment does not train reads "n/a".
+A missing column fails loudly. The text names only what the scale ran: a passage listing models
+(``Results.sentences``) lists the ones the experiment trained and says which of the paper's it does
+not; main.tex reads a single model's number only under ``\\IfR`` (a key left undefined would print
+"n/a", which tests/test_paper.py refuses). Figures and tables carry one numbering
+(``float_numbers``): the paper's for its own, S1, S2, ... for the document's.
 """
 from __future__ import annotations
 
@@ -219,6 +223,13 @@ def series_legend(series, published: bool = False) -> str:
     return text + ("; stars: Zoology's published numbers" if published else "")
 
 
+def rests_on_short(r) -> str:
+    """``rests_on`` for a table cell: "best of $10^{-3}$ and $3.16\\times10^{-3}$; seeds 0, 1, 2"."""
+    cands = row_candidates(r)
+    lrs = join([tex_lr(x) for x in cands])
+    return f"{'best of ' if len(cands) > 1 else ''}{lrs}; seed{'s' if len(row_seeds(r)) > 1 else ''} {', '.join(row_seeds(r))}"
+
+
 def window_rank(w) -> tuple:
     """Widest first: a window before none, wider (at least, then at most) before narrower."""
     return (w.status == "window", w.width, w.width_max if w.width_max is not None else float("inf"))
@@ -301,7 +312,7 @@ class Results:
             top = main.loc[main["mean"].idxmax()]
             out.update({f"{self.name}/best/model": model_name(top["model"]), f"{self.name}/best/width": fmt_int(top["width"]),
                         f"{self.name}/best/layers": fmt_int(top["layers"]), f"{self.name}/best/len": fmt_int(top["seq_len"]),
-                        f"{self.name}/best/acc": pct(top["mean"]), f"{self.name}/best/basis": rests_on(top),
+                        f"{self.name}/best/acc": pct(top["mean"]), f"{self.name}/best/basis": rests_on_short(top),
                         f"{self.name}/layers": join([str(n) for n in sorted(main["layers"].unique())])})
             if self.reference_lrs:
                 out[f"{self.name}/reflrs"] = join([tex_lr(x) for x in self.reference_lrs])

@@ -198,7 +198,7 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
     axes[0][0].set_ylabel(metric.replace("_", " "))
     handles, names = _legend_entries(axes[0])
     handles.append(plt.Line2D([], [], color="0.3", marker="o", ms=11, mfc="none", ls="none"))
-    names.append("learning rate chosen")
+    names.append("learning rate reported (the best candidate)")
     if reference_lrs:
         handles.append(plt.Line2D([], [], color="0.4", ls="--"))
         names.append("coarse (Zoology-style) LR grid")
