@@ -170,10 +170,11 @@ def join(items, conj: str = "and") -> str:
 
 
 def of_total(n: int, total: int, noun: str = "") -> str:
-    """"none of its 4 settings", "1 of its 4 settings", "both its settings", "its one setting"."""
+    """"none of its 4 settings", "1 of its 4 settings", "both its settings", "its one setting",
+    "no setting (it has one)": what follows "solves"."""
     noun_n = f" {noun}{'s' if total != 1 else ''}" if noun else ""
     if total == 1:
-        return f"{'its one' if n else 'not its one'}{noun_n.rstrip('s') if noun else ''}"
+        return f"its one{noun_n}" if n else f"no {noun or 'one'} (it has one)"
     if n == 0:
         return f"none of its {total}{noun_n}"
     if n == total:
@@ -379,8 +380,10 @@ class Results:
         seeds_txt = seeds_list(seeds[0].split(";")) if len(seeds) == 1 else "every seed of its grid"
         cands = (f"{n[0]} candidate learning rate{'s' if n[0] != 1 else ''}" if len(n) == 1 else
                  f"{n[0]} to {n[-1]} candidate learning rates")
+        spent = sorted({int(x) for x in b["n_cells"]})
+        cells = plural(spent[0], "training run") if len(spent) == 1 else f"{spent[0]} to {spent[-1]} training runs"
         stat_txt = (f"the best, over its setting's {cands}, of the mean over {seeds_txt} (each candidate "
-                    f"trained on every one of them)")
+                    f"trained on every one of them; the setting's search spent {cells})")
         kind = self.definition.get("plot", "table")
         if kind == "dynamics":
             return (f"Each curve: the mean over {seeds_txt} at the learning rate reported, {stat_txt}.")

@@ -35,7 +35,8 @@ def seeds_text(r) -> str:
 
 def _basis(r) -> dict:
     """The columns that say what a row's number rests on."""
-    return {"LR": _lr(r["best_lr"]), "candidate LRs": candidates_text(r), "seeds": seeds_text(r)}
+    return {"LR": _lr(r["best_lr"]), "candidate LRs": candidates_text(r), "seeds": seeds_text(r),
+            "cells": int(r["n_cells"])}
 
 
 def _save(df: pd.DataFrame, csv_path, tex_path, caption_note: str, scale: str) -> None:
@@ -106,7 +107,7 @@ def lr_window(best: pd.DataFrame) -> pd.DataFrame:
         w = window_of(r)
         row = {"task": r["task_name"], "length": int(r["seq_len"]), "model": r["model"], "width": int(r["width"]),
                "layers": int(r["layers"]), "best LR": _lr(r["best_lr"]), "candidate LRs": candidates_text(r),
-               "seeds": seeds_text(r), "best accuracy (%)": acc(r["mean"]),
+               "seeds": seeds_text(r), "cells": int(r["n_cells"]), "best accuracy (%)": acc(r["mean"]),
                "good LRs": "--", "lower edge in": "--", "upper edge in": "--", "width (decades)": w.status,
                "LRs tried": int(r["n_lrs"]), "search": r.get("outcome", "")}
         if w.status == "window":
@@ -125,7 +126,8 @@ def _seeds_note(best: pd.DataFrame) -> str:
     return " Seeds: " + "; ".join(f"{r['model']} {seeds_text(r)}" for _, r in best.iterrows()) + "."
 
 
-BASIS = "Accuracy (%): the best, over the candidate learning rates, of the mean over the seeds (± their std)."
+BASIS = ("Accuracy (%): the best, over the candidate learning rates, of the mean over the seeds (± their std); "
+         "cells: the training runs the setting's search spent.")
 
 
 def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric: str, scale: str,
