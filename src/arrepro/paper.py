@@ -34,7 +34,7 @@ from arrepro import defaults, fidelity
 from arrepro.claims import (ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, GOOD, chance_level, judge,
                             present, rules_text, window_of)
 from arrepro.aggregate import WINDOW
-from arrepro.grid import ZOO_PREFIX, architecture
+from arrepro.grid import ZOO_PREFIX, architecture, is_replication_series
 from arrepro.tex import fmt_count, fmt_int, pct, pct_pm, pct_range, plural, points, tex_escape, tex_lr
 
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
@@ -66,7 +66,7 @@ def lr_grid(grid: dict, lr_grids: dict) -> list[float]:
 
 def is_replication(grid: dict) -> bool:
     """A grid that replicates Zoology's sweep (the dotted series of Figures 2 and 11)."""
-    return grid.get("series", "").startswith("replication") or grid["lrs"] == "zoology"
+    return is_replication_series(grid.get("series", "")) or grid["lrs"] == "zoology"
 
 
 # --------------------------------------------------------------------------- statistics

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .grid import architecture  # noqa: E402
+from .grid import architecture, is_replication_series  # noqa: E402
 from .tex import fmt_count  # noqa: E402
 
 # Series styles by role (the paper's Fig. 2: this work solid, the replication dotted). The
@@ -23,11 +23,6 @@ MAIN_STYLE = {"linestyle": "-", "marker": "o", "ms": 4.5}
 REPLICATION_STYLE = {"linestyle": ":", "marker": "s", "ms": 6.5, "mfc": "none", "mew": 1.3}
 OTHER_SERIES_STYLE = {"linestyle": "--", "marker": "^", "ms": 5}
 DODGE = 0.045  # sideways shift of each further series, in units of log2(width)
-
-
-def is_replication_series(name: str) -> bool:
-    """A series that replicates the coarse (Zoology's) grid: named "replication ..." in the config."""
-    return str(name).startswith("replication")
 
 
 def series_styles(series) -> dict[str, dict]:
@@ -225,8 +220,9 @@ def params_figure(best, cells, title, scale, paths, **_):
     ax.set_xscale("log")
     ax.margins(x=0.15)  # room for the labels of the outermost points
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: fmt_count(x)))
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: fmt_count(x)))
-    ax.tick_params(axis="x", which="minor", labelsize=7)
+    if best["parameters"].max() < 10 * best["parameters"].min():  # within a decade: label the minor ticks too
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: fmt_count(x)))
+        ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel("parameters")
     ax.set_ylabel("accuracy (best over LR)")
     ax.set_ylim(-0.03, 1.03)
