@@ -345,7 +345,7 @@ class Results:
                "maxlist": join([f"{model_name(m)} {self.stat(m, 'max')}" for m in models]),
                "basis": self.basis(), "goodtext": self.good_text(), "besttext": self.best_text(),
                "goodmain": self.good_text(("attention", "hyena", "mamba")),
-               "widest": join([f"{model_name(m)} {self.stat(m, 'window')}" for m in models if self.stat(m, "window")]),
+               "widest": "; ".join(f"{model_name(m)}: {self.stat(m, 'window')}" for m in models if self.stat(m, "window")),
                "untrained": self.untrained_text()}
         if self.series["zoo"] and not self.rows(part="zoo").empty:
             out["gridtext"] = self.grid_text()

@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .grid import architecture, is_replication_series  # noqa: E402
-from .tex import fmt_count  # noqa: E402
+from .tex import fmt_count, lr_label  # noqa: E402
 
 # Series styles by role (the paper's Fig. 2: this work solid, the replication dotted). The
 # replication's cells are often the search's own (its coarse grid inside the search's), so its
@@ -129,13 +129,6 @@ def width_figure(best, cells, title, scale, paths, published=None, **_):
     _finish(fig, title, scale, paths)
 
 
-def lr_label(lr: float) -> str:
-    """A tick's learning rate as the config writes it: "1e-3", "3.16e-3"."""
-    e = math.floor(math.log10(lr) + 1e-9)
-    m = lr / 10 ** e
-    return f"1e{e}" if abs(m - 1) < 5e-3 else f"{m:.3g}e{e}"
-
-
 def lr_ticks(lrs) -> tuple[list[float], list[float]]:
     """Labelled ticks: every decade from the lowest to the highest learning rate tried, and every
     half-decade tried (3.16e-3); unlabelled ones: the other learning rates tried (a search's
@@ -213,22 +206,64 @@ def params_figure(best, cells, title, scale, paths, **_):
         ax.errorbar(g["parameters"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]],
                     color=colors[model], marker=markers[series], ms=5, lw=1.4, capsize=3,
                     ls="-" if series == list(markers)[0] else "--", label=f"{model}, {series}")
-        for _, r in g.iterrows():  # beside the marker and its bar, on a white ground
-            ax.annotate(f"{r['width']}x{r['layers']}", (r["parameters"], r["mean"]), fontsize=6.5,
-                        xytext=(8, 0), textcoords="offset points", ha="left", va="center", zorder=6,
-                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
     ax.set_xscale("log")
     ax.margins(x=0.15)  # room for the labels of the outermost points
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: fmt_count(x)))
-    if best["parameters"].max() < 10 * best["parameters"].min():  # within a decade: label the minor ticks too
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: fmt_count(x)))
-        ax.tick_params(axis="x", which="minor", labelsize=7)
+    if best["parameters"].max() < 10 * best["parameters"].min():  # within a decade: label 2, 3 and 5 x 10^k too
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
+            lambda x, _: fmt_count(x) if f"{x:.0e}"[0] in "235" else ""))
+        ax.tick_params(axis="x", which="both", labelsize=7)
     ax.set_xlabel("parameters")
     ax.set_ylabel("accuracy (best over LR)")
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(f"sequence length {best['seq_len'].iloc[0]} ({best['task_name'].iloc[0]}); labels: width x layers", fontsize=9)
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
+    place_labels(fig, ax, [((r["parameters"], r["mean"]), (r["min"], r["max"]), f"{r['width']}x{r['layers']}")
+                           for _, r in best.iterrows()])
     _finish(fig, title, scale, paths)
+
+
+# a point's label: beside its marker (right, left, above, below, then the diagonals), 8 points
+# away, at the first place that covers no marker, error bar or other label
+LABEL_PLACES = [((8, 0), "left", "center"), ((-8, 0), "right", "center"), ((0, 8), "center", "bottom"),
+                ((0, -8), "center", "top"), ((6, 6), "left", "bottom"), ((6, -6), "left", "top"),
+                ((-6, 6), "right", "bottom"), ((-6, -6), "right", "top")]
+
+
+def place_labels(fig, ax, points, clear: float = 2.0, fontsize: float = 6.5) -> None:
+    """Label each point ((x, y), (bar low, bar high), text) where the label covers no marker (a
+    square ``clear`` points wider than it), no error bar and no label placed before; where every
+    place covers something, the place that covers least."""
+    fig.tight_layout()  # (the layout the figure is saved with, near enough)
+    renderer = fig.canvas.get_renderer()
+    pt = fig.dpi / 72
+    marker = max((line.get_markersize() / 2 + line.get_markeredgewidth() for line in ax.get_lines()), default=3)
+    obstacles = []
+    for (x, y), (lo, hi), _ in points:
+        (px, py), (_, plo), (_, phi) = ax.transData.transform([(x, y), (x, lo), (x, hi)])
+        r = (marker + clear) * pt
+        obstacles.append((px - r, py - r, px + r, py + r))
+        obstacles.append((px - 2 * pt, plo, px + 2 * pt, phi))
+
+    def covered(box) -> float:
+        return sum(max(0.0, min(box.x1, o[2]) - max(box.x0, o[0])) * max(0.0, min(box.y1, o[3]) - max(box.y0, o[1]))
+                   for o in obstacles)
+    for xy, _, text in points:
+        best = None
+        for offset, ha, va in LABEL_PLACES:
+            a = ax.annotate(text, xy, fontsize=fontsize, xytext=offset, textcoords="offset points", ha=ha, va=va,
+                            zorder=6, bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
+            box = a.get_window_extent(renderer)
+            cost = covered(box)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, a, box)
+            else:
+                a.remove()
+            if cost == 0:
+                break
+        obstacles.append((best[2].x0, best[2].y0, best[2].x1, best[2].y1))
 
 
 def dynamics_figure(best, cells, title, scale, paths, metrics=None, solve_at=0.9, **_):

@@ -12,7 +12,7 @@ import textwrap
 import pandas as pd
 
 from . import defaults
-from .tex import acc, literal_tex, tex_escape
+from .tex import acc, literal_tex, lr_label, tex_escape
 
 
 def _pm(mean: float, std: float) -> str:
@@ -20,7 +20,7 @@ def _pm(mean: float, std: float) -> str:
 
 
 def _lr(x: float) -> str:
-    return f"{float(x):.3g}"
+    return lr_label(float(x))
 
 
 def candidates_text(r) -> str:
@@ -105,15 +105,15 @@ def lr_window(best: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in best.sort_values(["task_name", "seq_len", "model", "width", "layers"]).iterrows():
         w = window_of(r)
-        row = {"task": r["task_name"], "length": int(r["seq_len"]), "model": r["model"], "width": int(r["width"]),
-               "layers": int(r["layers"]), "best LR": _lr(r["best_lr"]), "candidate LRs": candidates_text(r),
-               "seeds": seeds_text(r), "cells": int(r["n_cells"]), "best accuracy (%)": acc(r["mean"]),
-               "good LRs": "--", "lower edge in": "--", "upper edge in": "--", "width (decades)": w.status,
-               "LRs tried": int(r["n_lrs"]), "search": r.get("outcome", "")}
+        row = {"task": r["task_name"], "model": r["model"], "width": int(r["width"]), "layers": int(r["layers"]),
+               "best accuracy (%)": acc(r["mean"]), "LR (of candidates)": f"{_lr(r['best_lr'])} (of {candidates_text(r)})",
+               "seeds": seeds_text(r), "good LRs": "--", "lower edge in": "--", "upper edge in": "--",
+               "width (decades)": w.status, "LRs / cells tried": f"{int(r['n_lrs'])} / {int(r['n_cells'])}",
+               "search": r.get("outcome", "")}
         if w.status == "window":
-            row.update({"good LRs": f"{w.lo:.3g} - {w.hi:.3g}",
-                        "lower edge in": f"[{w.below:.3g}, {w.lo:.3g}]" if w.below else f"<= {w.lo:.3g} ({w.open_lo})",
-                        "upper edge in": f"[{w.hi:.3g}, {w.above:.3g}]" if w.above else f">= {w.hi:.3g} ({w.open_hi})",
+            row.update({"good LRs": f"{_lr(w.lo)} - {_lr(w.hi)}",
+                        "lower edge in": f"[{_lr(w.below)}, {_lr(w.lo)}]" if w.below else f"<= {_lr(w.lo)} ({w.open_lo})",
+                        "upper edge in": f"[{_lr(w.hi)}, {_lr(w.above)}]" if w.above else f">= {_lr(w.hi)} ({w.open_hi})",
                         "width (decades)": f"{w.width:.2f} to {'open' if w.width_max is None else f'{w.width_max:.2f}'}"})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -145,7 +145,7 @@ def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric:
         from .claims import GOOD
 
         df = lr_window(best)
-        note = (f"{BASIS} Good learning rates: mean accuracy over every seed at least {100 * GOOD:g}%; an edge lies between "
+        note = (f"{BASIS} LR: the best candidate. Good learning rates: mean accuracy over every seed at least {100 * GOOD:g}%; an edge lies between "
                 "the outermost good learning rate tried and the next one tried.")
     else:
         raise ValueError(f"unknown table kind {kind!r}")

@@ -73,6 +73,13 @@ def tex_lr(x: float) -> str:
     return f"$10^{{{e}}}$" if abs(m - 1) < 5e-3 else f"${m:.3g}\\times10^{{{e}}}$"
 
 
+def lr_label(lr: float) -> str:
+    """A learning rate as the config writes it, for figures and tables: "1e-3", "3.16e-3"."""
+    e = math.floor(math.log10(lr) + 1e-9)
+    m = lr / 10 ** e
+    return f"1e{e}" if abs(m - 1) < 5e-3 else f"{m:.3g}e{e}"
+
+
 def fmt_count(n: float) -> str:
     n = float(n)
     for unit, div in (("M", 1e6), ("k", 1e3)):
