@@ -72,6 +72,7 @@ include: "workflow/rules/current.smk"
 rule all:
     input:
         [f for e in EXPERIMENTS for f in GRID.outputs(e)],
+        BLOCK_FIGURE,
         rules.cells_table.output,
         f"{OUT}/paper/numbers.tex",
         f"{OUT}/paper/setup.tex",

@@ -62,3 +62,75 @@ def test_every_figure_and_table_renders(tmp_path, scale):
         assert "tabular" in (wd / f"{out}/{e}.tex").read_text(), e
     every = pd.read_csv(wd / f"{out}/tables/cells.csv")  # every cell once, shared ones included
     assert sorted(every["cell_dir"]) == sorted(c.path for c in grid.all_cells())
+
+
+# --------------------------------------------------------------------------- reading at a glance
+# Figures drawn from small hand-made tables (no workflow): milliseconds to build, about a second
+# to draw each.
+def drawn(monkeypatch, kind: str, best: pd.DataFrame, cells: pd.DataFrame, tmp_path, **extra):
+    """The matplotlib figure a plot function draws (captured before it is closed)."""
+    from arrepro import plots
+
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", lambda fig: figs.append(fig))
+    plots.PLOTS[kind](best, cells, "t", "demo", [tmp_path / "f.png"], **extra)
+    return figs[0]
+
+
+def best_rows(rows: list[dict]) -> pd.DataFrame:
+    base = {"task": "L32", "task_name": "L32", "seq_len": 32, "mixer": "mamba", "layers": 1, "recipe": "demo",
+            "std": 0.0, "n_seeds": 3, "candidates": "0.001;0.01", "seeds": "0;1;2"}
+    return pd.DataFrame([{**base, **r} for r in rows]).assign(min=lambda d: d["mean"] - 0.01, max=lambda d: d["mean"] + 0.01)
+
+
+def test_fig1_labels_every_decade_and_half_decade_tried(monkeypatch, tmp_path):
+    from arrepro.plots import lr_ticks
+
+    lrs = [1e-4, 3.16e-4, 1e-3, 1.78e-3, 3.16e-3, 1e-2]
+    major, minor = lr_ticks(lrs)
+    assert major == [1e-4, 3.16e-4, 1e-3, 3.16e-3, 1e-2] and minor == [1.78e-3]
+    cells = pd.DataFrame([{"series": "s", "task_name": "L32", "seq_len": 32, "model": "attention", "width": 32,
+                           "layers": 2, "lr": lr, "seed": seed, "final_accuracy": 0.5} for lr in lrs for seed in (0, 1)])
+    best = best_rows([{"series": "s", "model": "attention", "width": 32, "layers": 2, "best_lr": 1e-3, "mean": 0.5}])
+    ax = drawn(monkeypatch, "lr", best, cells, tmp_path).axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["1e-4", "3.16e-4", "1e-3", "3.16e-3", "1e-2"], labels
+
+
+def test_fig2_coinciding_series_stay_distinguishable(monkeypatch, tmp_path):
+    """The replication's cells are the search's own: same numbers. Its points are drawn beside the
+    search's, with another marker and line."""
+    same = {"model": "mamba", "mean": 0.5, "best_lr": 1e-2}
+    best = best_rows([{**same, "series": s, "width": w} for s in ("the search (this work)", "replication (coarse grid)")
+                      for w in (16, 32)])
+    ax = drawn(monkeypatch, "width", best, pd.DataFrame(), tmp_path).axes[0]
+    lines = [line for line in ax.get_lines() if line.get_marker() in ("o", "s", "^", "D")]  # (not the bars' caps)
+    assert len(lines) == 2
+    a, b = lines
+    assert a.get_marker() != b.get_marker() and a.get_linestyle() != b.get_linestyle()
+    assert all(abs(x / y - 1) > 0.02 for x, y in zip(a.get_xdata(), b.get_xdata()))  # beside, not on top
+
+
+def test_fig4_labels_clear_their_markers(monkeypatch, tmp_path):
+    best = best_rows([{"series": "width scaling", "model": "mamba", "width": w, "layers": 1, "mean": m,
+                       "parameters": 14000 * w / 32, "best_lr": 1e-2} for w, m in ((16, 0.4), (32, 0.55))]
+                     + [{"series": "depth scaling", "model": "attention", "mixer": "attention", "width": 32,
+                         "layers": nl, "mean": m, "parameters": 17900 * nl, "best_lr": 1e-3} for nl, m in ((1, 0.27), (2, 0.95))]
+                     # the demo's: 2x24 Mamba beside 1x32 attention (15.8k and 17.9k parameters, 23% and 27%)
+                     + [{"series": "depth scaling", "model": "mamba", "width": 24, "layers": 2, "mean": 0.233,
+                         "parameters": 15800, "best_lr": 1e-2}])
+    fig = drawn(monkeypatch, "params", best, pd.DataFrame(), tmp_path)
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    points = fig.dpi / 72
+    labels = [t for t in ax.texts if "x" in t.get_text()]
+    assert len(labels) == 5
+    markers = [line for line in ax.get_lines() if line.get_marker() not in ("None", "", None, "_")]
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])  # nor each other
+    for t in labels:
+        box = t.get_window_extent(renderer)
+        for line in markers:
+            r = (line.get_markersize() / 2 + line.get_markeredgewidth() + 2) * points  # 2 points clear
+            for x, y in ax.transData.transform(line.get_xydata()):
+                assert not (box.x0 - r < x < box.x1 + r and box.y0 - r < y < box.y1 + r), (t.get_text(), box, x, y)

@@ -37,6 +37,7 @@ import pandas as pd
 
 from .grid import ZOO_PREFIX
 from .search import Window, wider
+from .tex import acc, points
 
 LEARNED_MARGIN = 0.25  # a model has learned at chance + 0.25 * (1 - chance)
 MIN_DIFF = 0.10        # a difference smaller than this is never conclusive (one seed: the only bar)
@@ -93,8 +94,8 @@ class Stat:
         return min(self.candidates) * (1 - 1e-3) <= lr <= max(self.candidates) * (1 + 1e-3)
 
     def text(self) -> str:
-        rng = f" [{100 * self.lo:.1f}–{100 * self.hi:.1f}]" if self.hi > self.lo else ""
-        return f"{self.label} {100 * self.mean:.1f}%{rng}"
+        rng = f" [{acc(self.lo)}–{acc(self.hi)}]" if acc(self.hi) != acc(self.lo) else ""
+        return f"{self.label} {acc(self.mean)}%{rng}"
 
 
 def conclusive(a: Stat, b: Stat) -> bool:
@@ -257,7 +258,7 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
             ups, downs = ups + (c > 0), downs + (c < 0)
             shown.append(f"{_setting_text(r)}: {wa.short()} vs {wb.short()}")
         vs.append(tally(ups, downs))
-        parts.append(f"{a} vs {b}, {len(m)} setting(s): {a}'s window wider in {ups}, narrower in {downs}, "
+        parts.append(f"{a} vs {b}, {len(m)} setting{'s' if len(m) != 1 else ''}: {a}'s window wider in {ups}, narrower in {downs}, "
                      f"undecided in {len(m) - ups - downs} ({'; '.join(shown[:3])}{'; ...' if len(shown) > 3 else ''})")
     if not vs:
         return None
@@ -333,7 +334,7 @@ def fine_grid_helps(e) -> Judgement | None:
     ups, downs = sum(c > 0 for c in cs), sum(c < 0 for c in cs)
     d = float(np.mean([sa.mean - sb.mean for _, sa, sb in pairs]))
     return Judgement(tally(ups, downs), f"{len(pairs)} (model, setting) pairs: fine grid better in {ups}, "
-                                        f"worse in {downs}, mean difference {100 * d:+.1f} points")
+                                        f"worse in {downs}, mean difference {points(100 * d)} points")
 
 
 def solves_everywhere(e, model: str, layers=None) -> Judgement | None:
@@ -345,7 +346,7 @@ def solves_everywhere(e, model: str, layers=None) -> Judgement | None:
     worst_row, worst = min(stats, key=lambda p: p[1].mean)
     failed = [s for _, s in stats if not s.learned]
     v = CONTRADICTED if failed else CONSISTENT if all(s.mean >= GOOD for _, s in stats) else INCONCLUSIVE
-    return Judgement(v, f"{len(stats)} settings, {sum(s.mean >= GOOD for _, s in stats)} reach {100 * GOOD:g}%, "
+    return Judgement(v, f"{len(stats)} setting{'s' if len(stats) != 1 else ''}, {sum(s.mean >= GOOD for _, s in stats)} reach {100 * GOOD:g}%, "
                         f"{len(failed)} not learned; worst {_setting_text(worst_row)}: {worst.text()}")
 
 
@@ -359,7 +360,7 @@ def fails_where_other_learns(e, weak: str, strong: str, layers=None) -> Judgemen
     best_weak = max(learned_weak, key=lambda s: s.mean)
     if best_weak.learned:
         return Judgement(CONTRADICTED, f"{j.compared}; {weak} learned: best {best_weak.text()} "
-                                       f"(chance {100 * best_weak.chance:.1f}%)")
+                                       f"(chance {acc(best_weak.chance)}%)")
     return j
 
 

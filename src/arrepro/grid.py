@@ -51,6 +51,11 @@ def architecture(model: str) -> str:
     return model.removeprefix(ZOO_PREFIX)
 
 
+def is_replication_series(name: str) -> bool:
+    """A series that replicates a coarse (Zoology's) grid: the config names it "replication ..."."""
+    return str(name).startswith("replication")
+
+
 def one_of(names) -> str:
     """A wildcard constraint (a regex) matching exactly these names, nothing at all if there are
     none; names are escaped ('.' in a name matches only '.')."""

@@ -2,6 +2,8 @@
 each names its scale (demo or paper) on the figure."""
 from __future__ import annotations
 
+import math
+
 import matplotlib
 import matplotlib.ticker
 
@@ -10,14 +12,53 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .grid import architecture  # noqa: E402
+from .grid import architecture, is_replication_series  # noqa: E402
+from .tex import fmt_count, lr_label  # noqa: E402
 
-SERIES_STYLE = {  # the paper's Fig. 2 styling: this work solid, replication dotted (open markers:
-    # a replication point that equals this work's still shows)
-    "fine grid (this work)": {"linestyle": "-", "marker": "o", "ms": 4},
-    "replication (Zoology code and grid)": {"linestyle": ":", "marker": "s", "ms": 7, "mfc": "none"},
-}
-OTHER_SERIES_STYLE = {"linestyle": "--", "marker": "^", "ms": 4}
+# Series styles by role (the paper's Fig. 2: this work solid, the replication dotted). The
+# replication's cells are often the search's own (its coarse grid inside the search's), so its
+# points can coincide with the search's: open squares, larger, beside the filled circles (each
+# series is shifted sideways a little: ``DODGE``) stay visible either way.
+MAIN_STYLE = {"linestyle": "-", "marker": "o", "ms": 4.5}
+REPLICATION_STYLE = {"linestyle": ":", "marker": "s", "ms": 6.5, "mfc": "none", "mew": 1.3}
+OTHER_SERIES_STYLE = {"linestyle": "--", "marker": "^", "ms": 5}
+DODGE = 0.045  # sideways shift of each further series, in units of log2(width)
+
+
+def series_styles(series) -> dict[str, dict]:
+    """Each series' style: the first other than the replication solid with filled circles, the
+    replication dotted with open squares, any further one dashed with triangles."""
+    out, main = {}, False
+    for name in sorted(set(series)):  # (any order of the same series: the same styles)
+        if is_replication_series(name):
+            out[name] = REPLICATION_STYLE
+        elif not main:
+            out[name], main = MAIN_STYLE, True
+        else:
+            out[name] = OTHER_SERIES_STYLE
+    return out
+
+
+def dodges(styles: dict[str, dict]) -> dict[str, float]:
+    """Each series' sideways factor on a log axis: the main series in place, the replication to its
+    left, any other to its right (a point that coincides with another's shows beside it)."""
+    out, right = {}, 0
+    for name, style in styles.items():
+        if style is REPLICATION_STYLE:
+            out[name] = 2 ** -DODGE
+        elif style is MAIN_STYLE:
+            out[name] = 1.0
+        else:
+            right += 1
+            out[name] = 2 ** (DODGE * right)
+    return out
+
+
+def style_text(style: dict) -> str:
+    """A series style in words, for captions: "solid line, filled circles"."""
+    line = {"-": "solid", ":": "dotted", "--": "dashed"}[style["linestyle"]]
+    marker = {"o": "circles", "s": "squares", "^": "triangles"}[style["marker"]]
+    return f"{line} lines, {'open' if style.get('mfc') == 'none' else 'filled'} {marker}"
 
 
 def _label(row, multi_layers: bool) -> str:
@@ -59,14 +100,15 @@ def width_figure(best, cells, title, scale, paths, published=None, **_):
     best = best.assign(label=best.apply(_label, axis=1, multi_layers=multi_layers))
     labels = sorted(best["label"].unique())
     colors = dict(zip(labels, sns.color_palette("tab10", len(labels))))
+    styles = series_styles(best["series"])
+    shift = dodges(styles)
     fig, axes = plt.subplots(1, len(lengths), figsize=(3.6 * len(lengths) + 1.5, 3.4), squeeze=False, sharey=True)
     for ax, L in zip(axes[0], lengths):
         sub = best[best["seq_len"] == L]
         for (label, series), g in sub.groupby(["label", "series"]):
             g = g.sort_values("width")
-            style = SERIES_STYLE.get(series, OTHER_SERIES_STYLE)
-            ax.errorbar(g["width"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]],
-                        color=colors[label], capsize=3, lw=1.6, label=f"{label}, {series}", **style)
+            ax.errorbar(g["width"] * shift[series], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]],
+                        color=colors[label], capsize=3, lw=1.4, label=f"{label}, {series}", **styles[series])
         if published is not None:
             pub = published[(published["seq_len"] == L) & published["model"].isin(best["model"])]
             for model, g in pub.groupby("model"):
@@ -85,6 +127,21 @@ def width_figure(best, cells, title, scale, paths, published=None, **_):
     handles, names = _legend_entries(axes[0])
     fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
     _finish(fig, title, scale, paths)
+
+
+def lr_ticks(lrs) -> tuple[list[float], list[float]]:
+    """Labelled ticks: every decade from the lowest to the highest learning rate tried, and every
+    half-decade tried (3.16e-3); unlabelled ones: the other learning rates tried (a search's
+    refinements)."""
+    lrs = sorted({float(x) for x in lrs})
+    lo, hi = math.log10(lrs[0]), math.log10(lrs[-1])
+    major = [10.0 ** e for e in range(math.ceil(lo - 0.01), math.floor(hi + 0.01) + 1)]
+    for x in lrs:
+        half = 2 * math.log10(x)
+        if abs(half - round(half)) < 0.01 and not any(abs(math.log10(x / m)) < 0.01 for m in major):
+            major.append(x)
+    minor = [x for x in lrs if not any(abs(math.log10(x / m)) < 0.01 for m in major)]
+    return sorted(major), minor
 
 
 def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", reference_lrs=(), **_):
@@ -115,15 +172,21 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
         for lr in reference_lrs:
             ax.axvline(lr, color="0.4", ls="--", lw=0.9, zorder=0)
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10))
-        ax.xaxis.set_major_formatter(matplotlib.ticker.LogFormatterSciNotation())
-        ax.set_xlabel("learning rate")
+        major, minor = lr_ticks(per_lr["lr"])
+        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(major))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter([lr_label(x) for x in major]))
+        ax.xaxis.set_minor_locator(matplotlib.ticker.FixedLocator(minor))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.tick_params(axis="x", which="major", labelsize=7, rotation=45 if len(major) > 5 else 0)
+        ax.tick_params(axis="x", which="minor", length=3, bottom=True)
+        ax.set_xlabel("learning rate (unlabelled ticks: other rates tried)" if minor else "learning rate")
         ax.set_ylim(-0.03, 1.03)
-        ax.set_title(f"L={p['seq_len']} ({p['task_name']}), width {p['width']}, {p['layers']} layer(s)", fontsize=9)
+        ax.set_title(f"L={p['seq_len']} ({p['task_name']}), width {p['width']}, {p['layers']} "
+                     f"layer{'s' if p['layers'] != 1 else ''}", fontsize=9)
     axes[0][0].set_ylabel(metric.replace("_", " "))
     handles, names = _legend_entries(axes[0])
     handles.append(plt.Line2D([], [], color="0.3", marker="o", ms=11, mfc="none", ls="none"))
-    names.append("learning rate chosen")
+    names.append("learning rate reported (the best candidate)")
     if reference_lrs:
         handles.append(plt.Line2D([], [], color="0.4", ls="--"))
         names.append("coarse (Zoology-style) LR grid")
@@ -143,16 +206,64 @@ def params_figure(best, cells, title, scale, paths, **_):
         ax.errorbar(g["parameters"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]],
                     color=colors[model], marker=markers[series], ms=5, lw=1.4, capsize=3,
                     ls="-" if series == list(markers)[0] else "--", label=f"{model}, {series}")
-        for _, r in g.iterrows():
-            ax.annotate(f"{r['width']}x{r['layers']}", (r["parameters"], r["mean"]), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
+    ax.margins(x=0.15)  # room for the labels of the outermost points
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: fmt_count(x)))
+    if best["parameters"].max() < 10 * best["parameters"].min():  # within a decade: label 2, 3 and 5 x 10^k too
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
+            lambda x, _: fmt_count(x) if f"{x:.0e}"[0] in "235" else ""))
+        ax.tick_params(axis="x", which="both", labelsize=7)
     ax.set_xlabel("parameters")
     ax.set_ylabel("accuracy (best over LR)")
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(f"sequence length {best['seq_len'].iloc[0]} ({best['task_name'].iloc[0]}); labels: width x layers", fontsize=9)
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=8)
+    place_labels(fig, ax, [((r["parameters"], r["mean"]), (r["min"], r["max"]), f"{r['width']}x{r['layers']}")
+                           for _, r in best.iterrows()])
     _finish(fig, title, scale, paths)
+
+
+# a point's label: beside its marker (right, left, above, below, then the diagonals), 8 points
+# away, at the first place that covers no marker, error bar or other label
+LABEL_PLACES = [((8, 0), "left", "center"), ((-8, 0), "right", "center"), ((0, 8), "center", "bottom"),
+                ((0, -8), "center", "top"), ((6, 6), "left", "bottom"), ((6, -6), "left", "top"),
+                ((-6, 6), "right", "bottom"), ((-6, -6), "right", "top")]
+
+
+def place_labels(fig, ax, points, clear: float = 2.0, fontsize: float = 6.5) -> None:
+    """Label each point ((x, y), (bar low, bar high), text) where the label covers no marker (a
+    square ``clear`` points wider than it), no error bar and no label placed before; where every
+    place covers something, the place that covers least."""
+    fig.tight_layout()  # (the layout the figure is saved with, near enough)
+    renderer = fig.canvas.get_renderer()
+    pt = fig.dpi / 72
+    marker = max((line.get_markersize() / 2 + line.get_markeredgewidth() for line in ax.get_lines()), default=3)
+    obstacles = []
+    for (x, y), (lo, hi), _ in points:
+        (px, py), (_, plo), (_, phi) = ax.transData.transform([(x, y), (x, lo), (x, hi)])
+        r = (marker + clear) * pt
+        obstacles.append((px - r, py - r, px + r, py + r))
+        obstacles.append((px - 2 * pt, plo, px + 2 * pt, phi))
+
+    def covered(box) -> float:
+        return sum(max(0.0, min(box.x1, o[2]) - max(box.x0, o[0])) * max(0.0, min(box.y1, o[3]) - max(box.y0, o[1]))
+                   for o in obstacles)
+    for xy, _, text in points:
+        best = None
+        for offset, ha, va in LABEL_PLACES:
+            a = ax.annotate(text, xy, fontsize=fontsize, xytext=offset, textcoords="offset points", ha=ha, va=va,
+                            zorder=6, bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
+            box = a.get_window_extent(renderer)
+            cost = covered(box)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, a, box)
+            else:
+                a.remove()
+            if cost == 0:
+                break
+        obstacles.append((best[2].x0, best[2].y0, best[2].x1, best[2].y1))
 
 
 def dynamics_figure(best, cells, title, scale, paths, metrics=None, solve_at=0.9, **_):

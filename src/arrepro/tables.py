@@ -1,27 +1,56 @@
 """The paper's tables (and one beyond it), as CSV and LaTeX, from the aggregated tables.
 
-Every table reports best-over-LR accuracy: the learning rate with the best mean over seeds,
-then mean ± std over seeds there.
+Every table reports the paper's statistic: the best, over the search's candidate learning rates,
+of the mean accuracy over every reported seed, with the std over seeds there; each row says which
+learning rates and seeds its number rests on (the best table's ``candidates`` and ``seeds``).
+Accuracies are percentages rounded by the project's one rule (``arrepro.tex.acc``).
 """
 from __future__ import annotations
+
+import textwrap
 
 import pandas as pd
 
 from . import defaults
-from .tex import literal_tex
+from .tex import acc, literal_tex, lr_label, tex_escape
 
 
 def _pm(mean: float, std: float) -> str:
-    return f"{mean:.2f} ± {std:.2f}"
+    return f"{acc(mean)} ± {acc(std)}"
+
+
+def _lr(x: float) -> str:
+    return lr_label(float(x))
+
+
+def candidates_text(r) -> str:
+    """The learning rates a row's number is the best of ("1e-3, 3.16e-3"), from its ``candidates``."""
+    return ", ".join(_lr(x) for x in str(r["candidates"]).split(";") if x)
+
+
+def seeds_text(r) -> str:
+    """The seeds a row's means are over ("0, 1, 2"), from its ``seeds``."""
+    return ", ".join(str(r["seeds"]).split(";"))
+
+
+def _basis(r) -> dict:
+    """The columns that say what a row's number rests on."""
+    return {"LR": _lr(r["best_lr"]), "candidate LRs": candidates_text(r), "seeds": seeds_text(r),
+            "cells": int(r["n_cells"])}
 
 
 def _save(df: pd.DataFrame, csv_path, tex_path, caption_note: str, scale: str) -> None:
     df.to_csv(csv_path, index=False)
+    if "seeds" in df.columns and df["seeds"].nunique() == 1:  # one set of seeds: said once, for every row
+        caption_note += f" Every row's seeds: {df['seeds'].iloc[0]}."
+        df = df.drop(columns="seeds")
     cols = "l" * len(df.columns)
     body = df.to_latex(index=False, escape=True, column_format=cols, float_format="%.2f")
     body = literal_tex(body)
     body = body.replace("±", r"$\pm$")
-    note = rf"\multicolumn{{{len(df.columns)}}}{{l}}{{\footnotesize {caption_note} Scale: {scale}.}}\\"
+    lines = textwrap.wrap(f"{caption_note} Scale: {scale}.", 80)  # rows of the note: no wider than the table needs
+    note = "\n".join(rf"\multicolumn{{{len(df.columns)}}}{{l}}{{\footnotesize {tex_escape(x)}}}\\"
+                     for x in lines)
     body = body.replace(r"\end{tabular}", note + "\n" + r"\end{tabular}")
     with open(tex_path, "w") as f:
         f.write(body)
@@ -38,8 +67,7 @@ def accuracy_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
     for _, r in best.sort_values("model", key=lambda c: c.map(order)).iterrows():
         rows.append({"Model": _model_label(models, r["model"]), "Layers": int(r["layers"]),
                      "Width": int(r["width"]), "Seq. len": int(r["seq_len"]),
-                     "Accuracy": _pm(r["mean"], r["std"]), "Best LR": f"{r['best_lr']:.3g}",
-                     "Seeds": int(r["n_seeds"])})
+                     "Accuracy (%)": _pm(r["mean"], r["std"]), **_basis(r)})
     return pd.DataFrame(rows)
 
 
@@ -49,7 +77,7 @@ def positional_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
     best = best.assign(
         arch=[models[m].get("label", models[m]["mixer"]).split(" (")[0] for m in best["model"]],
         pos=[names[defaults.model(models[m])["position"]] for m in best["model"]],
-        cell=[_pm(a, b) for a, b in zip(best["mean"], best["std"])],
+        cell=[f"{_pm(r['mean'], r['std'])} (LR {_lr(r['best_lr'])} of {candidates_text(r)})" for _, r in best.iterrows()],
     )
     t = best.pivot_table(index="arch", columns="pos", values="cell", aggfunc="first", sort=False)
     t = t[[n for n in names.values() if n in t.columns]]
@@ -62,8 +90,7 @@ def copy_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
     for _, r in best.iterrows():
         rows.append({"Architecture": _model_label(models, r["model"]), "# Layers": int(r["layers"]),
                      "Width": int(r["width"]), "# Parameters (M)": f"{r['parameters'] / 1e6:.2f}",
-                     "Accuracy (%)": f"{100 * r['mean']:.0f} ± {100 * r['std']:.0f}",
-                     "Best LR": f"{r['best_lr']:.3g}", "LRs tried": int(r["n_lrs"])})
+                     "Accuracy (%)": _pm(r["mean"], r["std"]), **_basis(r), "LRs tried": int(r["n_lrs"])})
     return pd.DataFrame(rows)
 
 
@@ -78,17 +105,29 @@ def lr_window(best: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in best.sort_values(["task_name", "seq_len", "model", "width", "layers"]).iterrows():
         w = window_of(r)
-        row = {"task": r["task_name"], "length": int(r["seq_len"]), "model": r["model"], "width": int(r["width"]),
-               "layers": int(r["layers"]), "best LR": f"{r['best_lr']:.3g}", "best accuracy": round(float(r["mean"]), 3),
-               "good LRs": "--", "lower edge in": "--", "upper edge in": "--", "width (decades)": w.status,
-               "LRs tried": int(r["n_lrs"]), "search": r.get("outcome", "")}
+        row = {"task": r["task_name"], "model": r["model"], "width": int(r["width"]), "layers": int(r["layers"]),
+               "best accuracy (%)": acc(r["mean"]), "LR (of candidates)": f"{_lr(r['best_lr'])} (of {candidates_text(r)})",
+               "seeds": seeds_text(r), "good LRs": "--", "lower edge in": "--", "upper edge in": "--",
+               "width (decades)": w.status, "LRs / cells tried": f"{int(r['n_lrs'])} / {int(r['n_cells'])}",
+               "search": r.get("outcome", "")}
         if w.status == "window":
-            row.update({"good LRs": f"{w.lo:.3g} - {w.hi:.3g}",
-                        "lower edge in": f"[{w.below:.3g}, {w.lo:.3g}]" if w.below else f"<= {w.lo:.3g} ({w.open_lo})",
-                        "upper edge in": f"[{w.hi:.3g}, {w.above:.3g}]" if w.above else f">= {w.hi:.3g} ({w.open_hi})",
+            row.update({"good LRs": f"{_lr(w.lo)} - {_lr(w.hi)}",
+                        "lower edge in": f"[{_lr(w.below)}, {_lr(w.lo)}]" if w.below else f"<= {_lr(w.lo)} ({w.open_lo})",
+                        "upper edge in": f"[{_lr(w.hi)}, {_lr(w.above)}]" if w.above else f">= {_lr(w.hi)} ({w.open_hi})",
                         "width (decades)": f"{w.width:.2f} to {'open' if w.width_max is None else f'{w.width_max:.2f}'}"})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _seeds_note(best: pd.DataFrame) -> str:
+    seeds = best["seeds"].astype(str).unique()
+    if len(seeds) == 1:
+        return f" Every entry's seeds: {', '.join(seeds[0].split(';'))}."
+    return " Seeds: " + "; ".join(f"{r['model']} {seeds_text(r)}" for _, r in best.iterrows()) + "."
+
+
+BASIS = ("Accuracy (%): the best, over the candidate learning rates, of the mean over the seeds (± their std); "
+         "cells: the training runs the setting's search spent.")
 
 
 def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric: str, scale: str,
@@ -97,16 +136,16 @@ def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric:
 
     best = read_best_table(best_csv)
     if kind == "accuracy":
-        df, note = accuracy_table(best, models), "Best-over-LR accuracy, mean ± std over seeds."
+        df, note = accuracy_table(best, models), f"{BASIS} LR: the best candidate."
     elif kind == "positional":
-        df, note = positional_table(best, models), "Best-over-LR accuracy, mean ± std over seeds."
+        df, note = positional_table(best, models), f"{BASIS} In brackets: the best candidate of the candidates.{_seeds_note(best)}"
     elif kind == "copy":
-        df, note = copy_table(best, models), "Copy task, string exact match, best over LR, mean ± std over seeds."
+        df, note = copy_table(best, models), f"Copy task, string exact match. {BASIS} LR: the best candidate."
     elif kind == "lr_window":
         from .claims import GOOD
 
         df = lr_window(best)
-        note = (f"Good learning rates: mean accuracy over the search's seeds at least {GOOD:g}; an edge lies between "
+        note = (f"{BASIS} LR: the best candidate. Good learning rates: mean accuracy over every seed at least {100 * GOOD:g}%; an edge lies between "
                 "the outermost good learning rate tried and the next one tried.")
     else:
         raise ValueError(f"unknown table kind {kind!r}")

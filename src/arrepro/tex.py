@@ -3,6 +3,7 @@ the numbers of the manuscript (percentages, learning rates, counts). Pure Python
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 # Text from the config (titles, series' names, labels) is typeset as written. '$' is the math font's
 # dollar: LaTeX's \$ in text is \textdollar, from the TS1 fonts, which Debian's texlive-fonts-recommended
@@ -18,19 +19,51 @@ def tex_escape(s) -> str:
     return "".join(TEX_SPECIAL.get(ch, ch) for ch in str(s))
 
 
+# The one rounding rule of every accuracy the project prints (the PDF's text and tables, the
+# README's numbers, which are written by hand from the tables): a percentage with one decimal
+# (a fraction with three), rounded half up (away from zero) from the number's shortest decimal
+# form, the form the CSV tables hold: 0.9755 is 97.6% (0.976), never 97.5% (binary 100 * 0.9755
+# is 97.54999...). ``acc`` is the rule; everything below that prints an accuracy calls it.
+ACC_PLACES = 1  # decimals of a percentage
+
+
+def rounded(x: float, places: int, scale: int = 0) -> Decimal:
+    """``x`` times 10**``scale``, rounded half up to ``places`` decimals, from ``x``'s shortest
+    decimal form (its repr: exact, no binary error from the scaling)."""
+    d = Decimal(repr(float(x))).scaleb(scale)
+    return d.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+
+
+def acc(x: float, percent: bool = True) -> str:
+    """An accuracy (a fraction in [0, 1]) as printed everywhere: "97.6" (percent, the default) or
+    "0.976" (``percent=False``, the README's fractions): the same digits either way."""
+    return str(rounded(x, ACC_PLACES, 2) if percent else rounded(x, ACC_PLACES + 2))
+
+
+def points(x: float) -> str:
+    """A difference of accuracies in percentage points, signed: "+1.5", "-0.3", "0.0"."""
+    r = rounded(x, ACC_PLACES)
+    return f"{r:+}" if r != 0 else str(abs(r))
+
+
 def pct(x: float) -> str:
-    return f"{100 * x:.1f}\\%"
+    return f"{acc(x)}\\%"
 
 
 def pct_range(mean: float, lo: float, hi: float) -> str:
     """A mean over seeds with its min--max range (as the claims table prints it); the mean alone
     where the seeds agree (or there is one)."""
-    rng = f" [{100 * lo:.1f}--{100 * hi:.1f}]" if hi > lo else ""
-    return f"{100 * mean:.1f}\\%{rng}"
+    rng = f" [{acc(lo)}--{acc(hi)}]" if acc(hi) != acc(lo) else ""
+    return f"{acc(mean)}\\%{rng}"
 
 
 def pct_pm(mean: float, std: float) -> str:
-    return f"{100 * mean:.1f}\\,$\\pm$\\,{100 * std:.1f}\\%"
+    return f"{acc(mean)}\\,$\\pm$\\,{acc(std)}\\%"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """"1 epoch", "2 epochs", "1 model variant" (``many``: an irregular plural)."""
+    return f"{fmt_int(n)} {word if int(n) == 1 else many or word + 's'}"
 
 
 def tex_lr(x: float) -> str:
@@ -38,6 +71,13 @@ def tex_lr(x: float) -> str:
     e = math.floor(math.log10(x) + 1e-9)
     m = x / 10 ** e
     return f"$10^{{{e}}}$" if abs(m - 1) < 5e-3 else f"${m:.3g}\\times10^{{{e}}}$"
+
+
+def lr_label(lr: float) -> str:
+    """A learning rate as the config writes it, for figures and tables: "1e-3", "3.16e-3"."""
+    e = math.floor(math.log10(lr) + 1e-9)
+    m = lr / 10 ** e
+    return f"1e{e}" if abs(m - 1) < 5e-3 else f"{m:.3g}e{e}"
 
 
 def fmt_count(n: float) -> str:

@@ -8,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 from arrepro import resources as cluster  # wall time, memory, groups and GPU packs of a cell
 from arrepro import rounds as lr_rounds
+from arrepro import blocks as mamba_blocks
 from arrepro import runfile
 from arrepro.digest import record_planned, source_digest
 from arrepro.catalogue import script_sources, train_sources
@@ -30,6 +31,9 @@ OUT = GRID.out  # results/{scale}: this scale's figures, tables, paper and logs
 EXPERIMENTS = list(GRID.experiments)
 FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
 TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
+# the paper's Figs. 8-10 (arrepro.blocks): the Mamba blocks this scale trains, drawn from their modules
+BLOCK_SPECS = mamba_blocks.specs(GRID)
+BLOCK_FIGURE = [f"{OUT}/{mamba_blocks.FIGURE}.{x}" for x in ("pdf", "png")] if BLOCK_SPECS else []
 CELL_RESULT = f"{CELL_PATTERN}/result.json"
 CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
 
@@ -140,7 +144,7 @@ def experiment_series(exp):
 
 # results/fig1.pdf etc.: links to the outputs of this scale (workflow/rules/current.smk)
 CURRENT = [os.path.basename(f) for e in EXPERIMENTS for f in GRID.outputs(e) if f.startswith(f"{OUT}/{e}.")]
-CURRENT.append("paper.pdf")
+CURRENT += [os.path.basename(f) for f in BLOCK_FIGURE] + ["paper.pdf"]
 
 
 def current_input(wc):

@@ -14,7 +14,7 @@ rule current:
     log:
         f"{OUT}/logs/current/{{name}}.log",
     wildcard_constraints:
-        name=r"(fig|table)[A-Za-z0-9_-]*\.(pdf|png|csv|tex)|paper\.pdf",
+        name=r"(fig|table)[A-Za-z0-9_-]*\.(pdf|png|csv|tex)|blocks\.(pdf|png)|paper\.pdf",
     localrule: True
     run:
         make_link(params.target, output[0], log[0])

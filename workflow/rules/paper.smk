@@ -3,7 +3,7 @@ from arrepro.paper import grid_meta as paper_meta  # noqa: E402
 # Stage 5: the manuscript, results/{scale}/paper.pdf. Its prose is paper/main.tex; every number in it is a
 # macro that paper_numbers computes from the experiments' tables, and it includes every figure
 # (results/{scale}/EXP.pdf) and table (results/{scale}/EXP.tex) that the scale declares (the Snakefile's FIGURES
-# and TABLES, from GRID.experiments).
+# and TABLES, from GRID.experiments), and the Mamba blocks' figure where the scale trains them (BLOCK_FIGURE).
 
 
 rule paper_numbers:
@@ -40,7 +40,7 @@ rule paper:
         bib="paper/refs.bib",
         numbers=f"{OUT}/paper/numbers.tex",
         setup=f"{OUT}/paper/setup.tex",
-        figures=[f"{OUT}/{e}.pdf" for e in FIGURES],
+        figures=[f"{OUT}/{e}.pdf" for e in FIGURES] + BLOCK_FIGURE[:1],
         tables=[f"{OUT}/{e}.tex" for e in TABLES],
     params:
         build=f"{OUT}/paper/build",
