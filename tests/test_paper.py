@@ -90,14 +90,14 @@ def fabricate_cells(grid: Grid, exp: str, rng) -> pd.DataFrame:
     for g in grid.experiments[exp]["grids"]:
         lrs = grid.lrs(g)
         search = grid.config["lr_searches"].get(g.get("search"), {})
-        if search.get("rounds", 2) and "search" in g and len(lrs) > 1:  # (a refinement's midpoint)
+        if search.get("rounds", 2) and g.get("search") and len(lrs) > 1:  # (a refinement's midpoint)
             lrs = sorted(set(lrs) | {float(np.sqrt(lrs[0] * lrs[1]))})
         for t, model, width, layers in ((t, m, w, nl) for t in g["tasks"] for m in g["models"]
                                         for w in g["widths"] for nl in g["layers"]):
             task = grid.tasks[grid.task_names[t]]
             mixer = grid.models[model]["mixer"]
             first = {lr: cell_accuracy(task, model, mixer, width, layers, lr, g["seeds"][0]) for lr in lrs}
-            every = set(sorted(lrs, key=lambda x: -first[x])[:2]) if "search" in g else set(lrs)
+            every = set(sorted(lrs, key=lambda x: -first[x])[:2]) if g.get("search") else set(lrs)
             for lr in lrs:
                 for seed in g["seeds"] if lr in every else g["seeds"][:1]:
                     c = grid.cell(t, model, width, layers, g["recipe"], lr, seed)

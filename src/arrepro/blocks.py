@@ -259,6 +259,7 @@ def draw(blocks: list[dict], title: str, scale: str, paths) -> None:
 
 def render(structure_json, title: str, scale: str, paths) -> None:
     """The figure from the structure file (no torch needed: the plotting env draws it)."""
-    from .files import read_json
+    import json
+    from pathlib import Path
 
-    draw(read_json(structure_json)["blocks"], title, scale, paths)
+    draw(json.loads(Path(structure_json).read_text())["blocks"], title, scale, paths)

@@ -415,7 +415,9 @@ class Results:
             where = f" at {', '.join(t for _, t in varies)}" if varies else ""
             tried = int(r["n_lrs"])
             count = "none" if w.n_good == 0 else str(w.n_good)
-            verb = f"{model_name(m)}{' reaches ' + GOOD_TEXT if i == 0 else ''} at {count} of the {tried} learning rates tried"
+            at = (f"at {count} of the {tried} learning rates tried" if tried > 1 else
+                  f"at its one learning rate" if w.n_good else "not at its one learning rate")
+            verb = f"{model_name(m)}{' reaches ' + GOOD_TEXT if i == 0 else ''} {at}"
             good = ("" if w.status != "window" else f" ({tex_lr(w.lo)})" if w.lo == w.hi else
                     f" ({tex_lr(w.lo)} to {tex_lr(w.hi)})")
             parts.append(f"{verb}{where}{good}")
