@@ -42,8 +42,8 @@ test: setup $(KVENV)/.installed
 	$(PY) -m pytest -q --durations=12
 
 bench: setup
-	$(PY) scripts/bench_train_step.py
-	$(PY) scripts/bench_data.py
+	$(PY) bench/bench_train_step.py
+	$(PY) bench/bench_data.py
 
 # The kernel packages' own code on CPU (tests/test_kernels_interpret.py): fla's and mamba-ssm's
 # Triton kernels under Triton's interpreter, mamba-ssm's and causal-conv1d's references, against

@@ -20,7 +20,7 @@ literal paper grid reports (config.yaml's ``lr_grids.fine``, every rate on every
 count shortfalls only (an adaptive search may beat the grid). Target (issue 26): mean gap to the
 literal grid <= 0.01 and over 0.10 in under 2% of settings.
 
-    python scripts/bench_search.py [--settings 600] [--seed 0] [--fail 0.2] [--set budget=17 ...]
+    python bench/bench_search.py [--settings 600] [--seed 0] [--fail 0.2] [--set budget=17 ...]
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ seeds (forward, backward through torch.func.grad, then one fused AdamW over the 
 parameters). Prints ms per seed-step of each and their ratio. A model whose ops have no vmap
 rule (a custom autograd.Function without one: Mamba's scans) says so.
 
-    .venv/bin/python scripts/bench_seeds.py --seeds 3
+    .venv/bin/python bench/bench_seeds.py --seeds 3
 """
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ kernels on and with ARREPRO_KERNELS=0. Rounds alternate the paths and the median
 reported (and the fastest round of each: the least disturbed by other work), so that a machine
 shared with other work slows both alike; the load average is printed.
 
-    .venv/bin/python scripts/bench_cpu_kernels.py                 # B=32, L=32, d=32
-    .venv/bin/python scripts/bench_cpu_kernels.py --batch 96      # 3 seeds' worth of batch
+    .venv/bin/python bench/bench_cpu_kernels.py                 # B=32, L=32, d=32
+    .venv/bin/python bench/bench_cpu_kernels.py --batch 96      # 3 seeds' worth of batch
 """
 from __future__ import annotations
 

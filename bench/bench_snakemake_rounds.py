@@ -33,8 +33,8 @@ the mtime trigger, a hard kill mid-run, --keep-going with a failing cell).
 The machine may be shared: the load average is printed with every run; compare ratios within one
 run of this script, not absolute times between runs.
 
-    .venv/bin/python scripts/bench_snakemake_rounds.py                 # 50,100,200,493 settings
-    .venv/bin/python scripts/bench_snakemake_rounds.py --sizes 50 --designs per_group --no-extras
+    .venv/bin/python bench/bench_snakemake_rounds.py                 # 50,100,200,493 settings
+    .venv/bin/python bench/bench_snakemake_rounds.py --sizes 50 --designs per_group --no-extras
 """
 from __future__ import annotations
 

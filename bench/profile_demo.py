@@ -8,8 +8,8 @@ ARREPRO_KERNELS=0 (the portable paths), and multiplies by the cells' steps (epoc
 epoch x learning rates x seeds). Early stopping and evaluation are not modelled: the totals are
 the training's upper bound, for comparing models and paths, not a forecast of `make demo`.
 
-    .venv/bin/python scripts/profile_demo.py                 # the demo grid
-    .venv/bin/python scripts/profile_demo.py --steps 10 --scale tiny
+    .venv/bin/python bench/profile_demo.py                 # the demo grid
+    .venv/bin/python bench/profile_demo.py --steps 10 --scale tiny
 """
 from __future__ import annotations
 

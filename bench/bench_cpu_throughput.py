@@ -18,8 +18,8 @@ the cells down; the two paths take turns, so they see the same load. Prints each
 CPU-seconds per cell by each path, the server's start-up, cells per CPU-minute of each path and
 the ratio.
 
-    .venv/bin/python scripts/bench_cpu_throughput.py                  # 8 epochs: a demo cell
-    .venv/bin/python scripts/bench_cpu_throughput.py --epochs 1 --settings mamba:32:1 attention:32:2
+    .venv/bin/python bench/bench_cpu_throughput.py                  # 8 epochs: a demo cell
+    .venv/bin/python bench/bench_cpu_throughput.py --epochs 1 --settings mamba:32:1 attention:32:2
 """
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ minutes at full size, so it runs once; the portable path runs --repeats times af
 and the median is reported. Then prints, for every config.yaml model, the parameter count of
 one mixer and of the whole LanguageModel (vocab 8192, 2 layers, max_len 64) at d = 64 and 512.
 
-    .venv/bin/python scripts/bench_mixers.py                 # B=64, L=256, d=128
-    .venv/bin/python scripts/bench_mixers.py --quick         # B=8, L=64, d=64
-    .venv/bin/python scripts/bench_mixers.py --mixers mamba mamba2 --csv bench.csv
+    .venv/bin/python bench/bench_mixers.py                 # B=64, L=256, d=128
+    .venv/bin/python bench/bench_mixers.py --quick         # B=8, L=64, d=64
+    .venv/bin/python bench/bench_mixers.py --mixers mamba mamba2 --csv bench.csv
 
 --csv PATH writes the timing table to PATH and the parameter table to PATH with "_params" before
 the extension. On a loaded machine, each multi-threaded op can wait milliseconds for a

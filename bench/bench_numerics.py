@@ -7,8 +7,8 @@ then settle: ATen AVX2, MKL COMPATIBLE, oneDNN and NNPACK off) and not pinned (t
 defaults, one thread), alternating --rounds times, and prints the median steps/s of each and
 their ratio, with the fused CPU kernels (the default) for both.
 
-    .venv/bin/python scripts/bench_numerics.py
-    .venv/bin/python scripts/bench_numerics.py --models mamba:32:1 attention:32:2 --steps 100
+    .venv/bin/python bench/bench_numerics.py
+    .venv/bin/python bench/bench_numerics.py --models mamba:32:1 attention:32:2 --steps 100
 """
 from __future__ import annotations
 
