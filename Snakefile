@@ -17,7 +17,7 @@ ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
 
 from arrepro import smkgroups  # noqa: E402
-from arrepro.checks import check_lr_lists  # noqa: E402
+from arrepro.config.checks import check_lr_lists  # noqa: E402
 from arrepro.grid import ConfigError  # noqa: E402
 from arrepro.preflight import (ConfigFileError, check_config_file, command_line_config, config_error,  # noqa: E402
                                config_problem, share_package)

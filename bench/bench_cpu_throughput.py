@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from arrepro import trainserver  # noqa: E402
-from arrepro.checks import load_grid  # noqa: E402
+from arrepro.config.checks import load_grid  # noqa: E402
 from arrepro.data import save_task  # noqa: E402
 
 BASELINE = "c6e7164"

@@ -19,7 +19,7 @@ Designs (where the round jobs cut the settings):
   per_setting  one checkpoint per (setting, round)
   global       one checkpoint per round across all settings
   per_group    one checkpoint per (group, round); 5 groups sized like the resource tiers of
-               src/arrepro/resources.py at the paper scale (share of its cells per tier)
+               src/arrepro/config/costs.py at the paper scale (share of its cells per tier)
   groupsN      as per_group with N groups of equal size (e.g. groups20)
   static       no checkpoint: every round's cells computed when the Snakefile is parsed (the
                same jobs, for reference: what the DAG costs without dynamic planning)
@@ -55,7 +55,7 @@ from pathlib import Path
 ROUND0 = [(x / 2, 0) for x in range(-8, -2)]  # 1e-4 ... 3.16e-2, seed 0
 NEW_CELLS = (3, 3, 2, 2, 2, 2, 2, 2)
 N_GROUPS_SHARE = (("cells_10min", 0.09), ("cells_30min", 0.26), ("cells_60min", 0.25),
-                  ("cells_2h", 0.17), ("big", 0.23))  # python -m arrepro.resources paper: cells per tier
+                  ("cells_2h", 0.17), ("big", 0.23))  # python -m arrepro.cluster.budget paper: cells per tier
 SETTINGS_PER_EXPERIMENT = 12  # ~40 aggregates at 493 settings
 DESIGNS = ("per_setting", "global", "per_group", "static")
 

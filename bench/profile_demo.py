@@ -29,7 +29,7 @@ numerics.pin_environment()
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from arrepro.checks import load_grid  # noqa: E402
+from arrepro.config.checks import load_grid  # noqa: E402
 from arrepro.data import task_seq_len  # noqa: E402
 from arrepro.models import kernels  # noqa: E402
 from arrepro.train import build_model  # noqa: E402

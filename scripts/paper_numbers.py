@@ -19,7 +19,7 @@ if "snakemake" in globals():
 elif __name__ == "__main__":
     import yaml
 
-    from arrepro.checks import load_grid
+    from arrepro.config.checks import load_grid
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="config.yaml")

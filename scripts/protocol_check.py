@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from arrepro.checks import load_grid
+from arrepro.config.checks import load_grid
 from arrepro.files import job_log, write_table
 from arrepro.protocol_check import compare, markdown
 

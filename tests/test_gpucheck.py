@@ -22,13 +22,13 @@ def test_cpu_check_prints_a_row_per_family(tmp_path, capsys):
 
 
 def test_flops_leave_out_the_mixer_time_factor():
-    from arrepro import resources
+    from arrepro.config import costs
 
     spec = {"task_def": {"kind": "mqar", "seq_len": 64, "num_kv_pairs": 4, "vocab_size": 8192},
             "width": 64, "layers": 2, "model_def": {"mixer": "hyena"}}
-    assert resources.MIXER_FACTOR["hyena"] > 1
-    assert gpucheck.model_flops_per_token(spec) < resources.flops_per_token(spec)
-    assert gpucheck.model_flops_per_token(spec) == resources.flops_per_token({**spec, "model_def": {"mixer": "attention"}})
+    assert costs.MIXER_FACTOR["hyena"] > 1
+    assert gpucheck.model_flops_per_token(spec) < costs.flops_per_token(spec)
+    assert gpucheck.model_flops_per_token(spec) == costs.flops_per_token({**spec, "model_def": {"mixer": "attention"}})
 
 
 def test_peak_table_prefers_the_more_specific_name():

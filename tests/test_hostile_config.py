@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from arrepro.catalogue import mixer_arguments
-from arrepro.checks import check_path, load_grid
+from arrepro.config.checks import check_path, load_grid
 from arrepro.grid import ConfigError, Grid, one_of
 from test_workflow import ROOT, SNAKEMAKE, copy_workflow, edit_config, smk
 

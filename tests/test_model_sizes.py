@@ -10,7 +10,7 @@ import pytest
 
 from arrepro.constraints import names_in
 from arrepro.catalogue import BACKBONE_ARGS, mixer_names, mixer_signature
-from arrepro.checks import load_grid
+from arrepro.config.checks import load_grid
 from arrepro.grid import ConfigError
 from test_hostile_config import fig2
 from test_workflow import ROOT

@@ -1,6 +1,7 @@
-"""Cells per GPU (src/arrepro/resources.py, workflow/rules/gpushare.smk, slurm/profile.yaml).
+"""Cells per GPU (src/arrepro/cluster/packs.py, src/arrepro/config/costs.py,
+workflow/rules/gpushare.smk, slurm/profile.yaml).
 
-The plan: `python -m arrepro.resources paper` prints GPU-hours for 1 and N cells per GPU that
+The plan: `python -m arrepro.cluster.budget paper` prints GPU-hours for 1 and N cells per GPU that
 add up from the per-cell estimates; a pack holds at most N grouped cells of one setting; a shared
 cell asks for its GPU as the string gres "gpu:1", a big cell keeps gpu=1; with N = 1 nothing
 changes. The numbers: two tiny cells trained at once, as a pack runs them inside a Slurm job
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 from test_slurm import SNAKEMAKE, assert_as_one_by_one, assert_ran_at_once, copy_workflow
 
-import arrepro.resources as R
+from arrepro.cluster import budget, packs
+from arrepro.config import costs
 from arrepro.grid import Grid
 from arrepro.rounds import Searches
 
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def paper(config):
     grid = Grid(config, "paper")
-    return grid, [(c, R._spec(grid, c)) for c in grid.all_cells()]
+    return grid, [(c, grid.cell_spec(**vars(c))) for c in grid.all_cells()]
 
 
 def setting(cell) -> str:
@@ -36,13 +38,13 @@ def setting(cell) -> str:
 # ============================================================================ the plan
 def test_one_cell_per_gpu_is_the_sum_of_the_cells(paper):
     grid, cells = paper
-    p = R.plan(grid)
+    p = budget.plan(grid)
     assert p["cells"] == len(cells)
-    assert p["requested_hours"] == pytest.approx(sum(R.runtime_min(s) for _, s in cells) / 60)
-    assert p["gpu_hours"] == pytest.approx(sum(R.runtime_min(s) for _, s in cells if s["device"] == "cuda") / 60)
-    assert p["estimated_gpu_hours"] == pytest.approx(sum(R.estimate_seconds(s) for _, s in cells) / 3600)
-    groups = [R.group(s) for _, s in cells]
-    bundles = R.group_components()
+    assert p["requested_hours"] == pytest.approx(sum(costs.runtime_min(s) for _, s in cells) / 60)
+    assert p["gpu_hours"] == pytest.approx(sum(costs.runtime_min(s) for _, s in cells if s["device"] == "cuda") / 60)
+    assert p["estimated_gpu_hours"] == pytest.approx(sum(costs.estimate_seconds(s) for _, s in cells) / 3600)
+    groups = [costs.group(s) for _, s in cells]
+    bundles = costs.group_components()
     assert p["train_jobs"] == groups.count(None) + sum(
         math.ceil(groups.count(g) / bundles[g]) for g in set(groups) - {None})
 
@@ -56,27 +58,27 @@ def test_n_cells_per_gpu_adds_up_from_the_packs(paper, n):
     for c, s in cells:
         by_setting.setdefault(setting(c), []).append((c, s))
     requested = estimated = estimated_mps = 0.0
-    packs = jobs = 0
-    bundles = R.group_components()
+    n_packs = jobs = 0
+    bundles = costs.group_components()
     packs_by_group = {}
     for members in by_setting.values():
-        g = R.group(members[0][1])
+        g = costs.group(members[0][1])
         if g is None:
-            requested += sum(R.runtime_min(s) for _, s in members)
-            estimated += sum(R.estimate_seconds(s) for _, s in members)
-            estimated_mps += sum(R.estimate_seconds(s) for _, s in members)
+            requested += sum(costs.runtime_min(s) for _, s in members)
+            estimated += sum(costs.estimate_seconds(s) for _, s in members)
+            estimated_mps += sum(costs.estimate_seconds(s) for _, s in members)
             jobs += len(members)
             continue
         k = math.ceil(len(members) / n)
-        packs += k
+        n_packs += k
         packs_by_group[g] = packs_by_group.get(g, 0) + k
-        requested += k * R.runtime_min(members[0][1], 1, n)  # one setting: one estimate
-        estimated += sum(R.estimate_seconds(s, n) for _, s in members) / n
-        estimated_mps += sum(R.estimate_seconds(s, n, mps=True) for _, s in members) / n
+        requested += k * costs.runtime_min(members[0][1], 1, n)  # one setting: one estimate
+        estimated += sum(costs.estimate_seconds(s, n) for _, s in members) / n
+        estimated_mps += sum(costs.estimate_seconds(s, n, mps=True) for _, s in members) / n
     jobs += sum(math.ceil(k / bundles[g]) for g, k in packs_by_group.items())
 
-    p, p1 = R.plan(grid, cells_per_gpu=n), R.plan(grid)
-    assert len(R.packs(grid, n)) == packs
+    p, p1 = budget.plan(grid, cells_per_gpu=n), budget.plan(grid)
+    assert len(packs.packs(grid, n)) == n_packs
     assert p["requested_hours"] == pytest.approx(requested / 60)
     assert p["gpu_hours"] == pytest.approx(requested / 60)  # the paper grid is all on CUDA
     assert p["estimated_gpu_hours"] == pytest.approx(estimated / 3600)
@@ -90,7 +92,7 @@ def test_n_cells_per_gpu_adds_up_from_the_packs(paper, n):
 
 def test_the_printed_plan_is_the_plan(paper):
     grid, _ = paper
-    out = subprocess.run([sys.executable, "-m", "arrepro.resources", "paper", "--cells-per-gpu", "3"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "arrepro.cluster.budget", "paper", "--cells-per-gpu", "3"], cwd=ROOT,
                          capture_output=True, text=True, check=True, timeout=300).stdout
     lines = {int(m[1]): m for m in re.finditer(
         r"(\d+) cell\(s\) per GPU: (\d+) cells -> (\d+) Slurm jobs .*?; (\d+) hours requested \((\d+) GPU-hours\); "
@@ -98,11 +100,11 @@ def test_the_printed_plan_is_the_plan(paper):
     assert sorted(lines) == [1, 3], out
     round0 = Searches(grid).round0_cells()  # the printed Slurm plan is the learning-rate search's round 0
     for n, m in lines.items():
-        p = R.plan(grid, round0, cells_per_gpu=n)
+        p = budget.plan(grid, round0, cells_per_gpu=n)
         assert [int(x) for x in m.groups()[1:]] == [p["cells"], p["train_jobs"], round(p["requested_hours"]),
                                                      round(p["gpu_hours"]), round(p["estimated_gpu_hours"])]
-    assert "none measured" in out and f"{R.plan(grid, round0, cells_per_gpu=3)['estimated_gpu_hours_mps']:.0f} if" in out
-    assert R.disk_line(R.disk_plan(grid, in_flight=200), keep_weights=False) in out  # the disk (issue 23)
+    assert "none measured" in out and f"{budget.plan(grid, round0, cells_per_gpu=3)['estimated_gpu_hours_mps']:.0f} if" in out
+    assert budget.disk_line(budget.disk_plan(grid, in_flight=200), keep_weights=False) in out  # the disk (issue 23)
 
 
 def test_the_disk_plan_counts_checkpoints_in_flight_and_weights_only_if_kept(paper):
@@ -111,73 +113,73 @@ def test_the_disk_plan_counts_checkpoints_in_flight_and_weights_only_if_kept(pap
     largest cells training at once (twice while one is rewritten), and every cell's final weights
     with keep_weights."""
     grid, _ = paper
-    settings = [(s.spec.max_cells(), R.parameters(grid.cell_spec(s.setting.task, s.setting.model, s.setting.width,
+    settings = [(s.spec.max_cells(), costs.parameters(grid.cell_spec(s.setting.task, s.setting.model, s.setting.width,
                                                                  s.setting.layers, s.setting.recipe, "1e-3", 0)))
                 for s in Searches(grid).searches.values()]
     biggest = max(p for _, p in settings)
-    one, many = R.disk_plan(grid, in_flight=1), R.disk_plan(grid, in_flight=200)
+    one, many = budget.disk_plan(grid, in_flight=1), budget.disk_plan(grid, in_flight=200)
     assert one["checkpoints"] == 2 * 12 * biggest
     assert 2 * 12 * biggest < many["checkpoints"] <= 200 * 2 * 12 * biggest
     assert many["weights"] == sum(4 * n * p for n, p in settings) == one["weights"]
     assert one["files"] == many["files"] < 1e9  # the cells' own files: a few KB each
-    assert "final weights" in R.disk_line(many, True) and "not kept" in R.disk_line(many, False)
+    assert "final weights" in budget.disk_line(many, True) and "not kept" in budget.disk_line(many, False)
 
 
 # ============================================================================ the model
 def test_a_shared_cell_is_never_faster_and_only_overhead_is_won_back(paper):
     _, cells = paper
-    small = next(s for _, s in cells if R.group(s) == "cells_10min")
-    for s in (small, max((s for _, s in cells), key=R.estimate_seconds)):
-        alone = R.estimate_seconds(s)
+    small = next(s for _, s in cells if costs.group(s) == "cells_10min")
+    for s in (small, max((s for _, s in cells), key=costs.estimate_seconds)):
+        alone = costs.estimate_seconds(s)
         for n in (2, 4, 8):
-            assert R.estimate_seconds(s, n) >= alone
-            assert alone <= R.estimate_seconds(s, n, mps=True) <= R.estimate_seconds(s, n)
+            assert costs.estimate_seconds(s, n) >= alone
+            assert alone <= costs.estimate_seconds(s, n, mps=True) <= costs.estimate_seconds(s, n)
     # launch-bound (tiny model, many steps): N of them take little more than one
     launch_bound = {**small, "width": 16, "layers": 1}
-    assert R.estimate_seconds(launch_bound, 4) / 4 < 0.5 * R.estimate_seconds(launch_bound)
+    assert costs.estimate_seconds(launch_bound, 4) / 4 < 0.5 * costs.estimate_seconds(launch_bound)
     # arithmetic-bound on a full-width model: time slicing wins nothing
     wide = {**small, "width": 2048}
-    assert R.estimate_seconds(wide, 4) / 4 >= R.estimate_seconds(wide)
+    assert costs.estimate_seconds(wide, 4) / 4 >= costs.estimate_seconds(wide)
 
 
 def test_shared_cells_ask_for_one_gpu_as_a_string(paper):
     _, cells = paper
-    small = next(s for _, s in cells if R.group(s) is not None)
-    big = next(s for _, s in cells if R.group(s) is None)
+    small = next(s for _, s in cells if costs.group(s) is not None)
+    big = next(s for _, s in cells if costs.group(s) is None)
     for s in (small, big):  # one cell per GPU: as before
-        assert (R.gpus(s), R.gres(s), R.sharing(s), R.runtime_min(s, 1, 1)) == (1, "", 1, R.runtime_min(s))
-    assert (R.gpus(small, 4), R.gres(small, 4), R.sharing(small, 4)) == (0, "gpu:1", 4)
-    dev = R.DEVICES["cuda"]
-    assert R.runtime_min(small, 1, 4) == max(dev.floor_min, 5 * math.ceil(R.estimate_seconds(small, 4) * dev.safety / 300))
-    assert (R.gpus(big, 4), R.gres(big, 4), R.sharing(big, 4), R.runtime_min(big, 2, 4)) == (1, "", 1, R.runtime_min(big, 2))
+        assert (costs.gpus(s), costs.gres(s), costs.sharing(s), costs.runtime_min(s, 1, 1)) == (1, "", 1, costs.runtime_min(s))
+    assert (costs.gpus(small, 4), costs.gres(small, 4), costs.sharing(small, 4)) == (0, "gpu:1", 4)
+    dev = costs.DEVICES["cuda"]
+    assert costs.runtime_min(small, 1, 4) == max(dev.floor_min, 5 * math.ceil(costs.estimate_seconds(small, 4) * dev.safety / 300))
+    assert (costs.gpus(big, 4), costs.gres(big, 4), costs.sharing(big, 4), costs.runtime_min(big, 2, 4)) == (1, "", 1, costs.runtime_min(big, 2))
     cpu = {**small, "device": "cpu"}
-    assert (R.gpus(cpu, 4), R.gres(cpu, 4)) == (0, "")
+    assert (costs.gpus(cpu, 4), costs.gres(cpu, 4)) == (0, "")
 
 
 @pytest.mark.parametrize("n", [2, 5])
 def test_packs_hold_at_most_n_small_cells_of_one_setting(paper, n):
     grid, cells = paper
-    packs = R.packs(grid, n)
-    packed = [c for members in packs.values() for c in members]
-    assert len(packed) == len(set(packed)) == sum(1 for _, s in cells if R.group(s) is not None)
-    for marker, members in packs.items():
+    by_marker = packs.packs(grid, n)
+    packed = [c for members in by_marker.values() for c in members]
+    assert len(packed) == len(set(packed)) == sum(1 for _, s in cells if costs.group(s) is not None)
+    for marker, members in by_marker.items():
         assert 1 <= len(members) <= n and {setting(c) for c in members} == {marker.rsplit("/", 1)[0]}
         assert re.fullmatch(rf"{re.escape(setting(members[0]))}/gpu-pack{n}-\d+\.done", marker)
         assert members == sorted(members, key=lambda c: (float(c.lr), c.seed))
-    assert R.packs(grid, 1) == {}
+    assert packs.packs(grid, 1) == {}
 
 
 @pytest.mark.parametrize("bad", [0, -1, "2", 1.5, True, None])
 def test_cells_per_gpu_must_be_a_whole_number(bad):
     with pytest.raises(ValueError, match="cells_per_gpu"):
-        R.cells_per_gpu_of({"cells_per_gpu": bad})
-    assert R.cells_per_gpu_of({}) == 1 and R.cells_per_gpu_of({"cells_per_gpu": 3}) == 3
+        costs.cells_per_gpu_of({"cells_per_gpu": bad})
+    assert costs.cells_per_gpu_of({}) == 1 and costs.cells_per_gpu_of({"cells_per_gpu": 3}) == 3
 
 
 # ============================================================================ the numbers
 def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path):
     grid = Grid(config, "tiny")
-    marker, cells = next((m, c) for m, c in R.packs(grid, 2).items() if len(c) == 2)
+    marker, cells = next((m, c) for m, c in packs.packs(grid, 2).items() if len(c) == 2)
     together = copy_workflow(tmp_path / "together")
     # at once: the pack's component in one local Snakemake with two cores, as in a Slurm job's step
     run = subprocess.run(SNAKEMAKE + [marker, "--cores", "2", "--config", "scale=tiny", "cells_per_gpu=2"],
@@ -193,21 +195,21 @@ def test_the_paper_scale_on_the_search_protocol_stays_within_its_budget(config):
     10,000 estimated GPU-hours, and at most a third of the literal grid's GPU-hours under the same
     cost model; the fixed grid (lr_protocol: grid) is the literal grid."""
     grid = Grid(config, "paper")
-    pp = R.protocol_plan(grid)
+    pp = budget.protocol_plan(grid)
     assert pp["protocol"] == "search" and pp["cells_round0"] < pp["cells_max"] <= 8500
     assert pp["gpu_hours_estimated_max"] <= 10_000
     assert pp["gpu_hours_estimated_max"] <= pp["gpu_hours_estimated_fixed_grid"] / 3
     assert pp["ratio_gpu_hours_to_fixed_grid"] == pytest.approx(
         pp["gpu_hours_estimated_max"] / pp["gpu_hours_estimated_fixed_grid"])
     assert pp["cells_fixed_grid"] == len(grid.all_cells()) > 2 * pp["cells_max"]
-    fixed = R.protocol_plan(grid, protocol="grid")
+    fixed = budget.protocol_plan(grid, protocol="grid")
     assert fixed["cells_round0"] == fixed["cells_max"] == pp["cells_fixed_grid"]
 
 
 def test_the_plan_prints_as_json_for_scripts():
     import json
 
-    p = subprocess.run([sys.executable, "-m", "arrepro.resources", "paper", "--json"], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "arrepro.cluster.budget", "paper", "--json"], capture_output=True, text=True,
                        cwd=ROOT, check=True)
     plan = json.loads(p.stdout)
     assert {"cells_round0", "cells_max", "gpu_hours_estimated_round0", "gpu_hours_estimated_max",

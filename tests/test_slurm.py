@@ -1,7 +1,7 @@
 """Running on a Slurm cluster with the shipped profile (slurm/profile.yaml).
 
 Fast checks (always): the profile renders, selects the paper scale by default, agrees with the
-grouping of src/arrepro/resources.py; the wall-time estimates are calibrated to the paper; a dry
+grouping of src/arrepro/config/costs.py; the wall-time estimates are calibrated to the paper; a dry
 run of the paper grid through the profile bundles small cells into fewer Slurm jobs; against a
 fake `sbatch`, the profile's group job asks for one GPU per cell one after another (1 cell per
 GPU) or for one GPU, N cores and N cells' memory (N cells per GPU).
@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-import arrepro.resources as R
+from arrepro.cluster import budget, packs
+from arrepro.config import costs
 from arrepro.grid import Grid
 from arrepro.rounds import Searches, search_cells, start_round
 
@@ -90,7 +91,7 @@ def profile_cells_per_gpu(text: str | None = None) -> int:
 
 def test_the_profile_bundles_what_resources_py_groups():
     p = render_profile()
-    assert sorted(p["group-components"]) == sorted(f"{g}={n}" for g, n in R.group_components().items())
+    assert sorted(p["group-components"]) == sorted(f"{g}={n}" for g, n in costs.group_components().items())
     # the submitting Snakemake lays CELLS_PER_GPU cells side by side, the workflow packs as many
     n = profile_cells_per_gpu()
     assert f"train_slot={n}" in p["resources"] and "train_slot=local" in p["set-resource-scopes"]
@@ -100,7 +101,7 @@ def test_the_profile_bundles_what_resources_py_groups():
 
 
 def test_resources_does_not_import_torch():
-    code = "import sys, arrepro.resources; assert 'torch' not in sys.modules"
+    code = "import sys, arrepro.config.costs, arrepro.cluster.packs; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
 
 
@@ -112,51 +113,51 @@ def paper_specs(config):
 def test_wall_time_is_calibrated_to_the_paper(config):
     """The paper: runs take 10 minutes to 18 hours on one GPU."""
     _, specs = paper_specs(config)
-    assert min(R.runtime_min(s) for s in specs) == 10
-    hours = [R.estimate_seconds(s) / 3600 for s in specs]
+    assert min(costs.runtime_min(s) for s in specs) == 10
+    hours = [costs.estimate_seconds(s) / 3600 for s in specs]
     assert 10 <= max(hours) <= 18
-    biggest = max(specs, key=R.estimate_seconds)
+    biggest = max(specs, key=costs.estimate_seconds)
     assert (biggest["width"], biggest["task_def"]["seq_len"]) == (2048, 512)
-    assert all(R.gpus(s) == 1 for s in specs)
-    assert all(4096 <= R.mem_mb(s) <= 16384 for s in specs)
+    assert all(costs.gpus(s) == 1 for s in specs)
+    assert all(4096 <= costs.mem_mb(s) <= 16384 for s in specs)
 
 
 def test_a_retry_asks_for_more_time_up_to_a_cap(config):
     _, specs = paper_specs(config)
-    for s in (min(specs, key=R.estimate_seconds), sorted(specs, key=R.estimate_seconds)[len(specs) // 2],
-              max(specs, key=R.estimate_seconds)):
-        first = R.runtime_min(s)
-        assert first <= R.MAX_RUNTIME_MIN
-        assert [R.runtime_min(s, a) for a in (1, 2, 3, 4)] == [min(R.MAX_RUNTIME_MIN, first * 2 ** i) for i in range(4)]
-    assert R.runtime_min(min(specs, key=R.estimate_seconds), 2) == 20
+    for s in (min(specs, key=costs.estimate_seconds), sorted(specs, key=costs.estimate_seconds)[len(specs) // 2],
+              max(specs, key=costs.estimate_seconds)):
+        first = costs.runtime_min(s)
+        assert first <= costs.MAX_RUNTIME_MIN
+        assert [costs.runtime_min(s, a) for a in (1, 2, 3, 4)] == [min(costs.MAX_RUNTIME_MIN, first * 2 ** i) for i in range(4)]
+    assert costs.runtime_min(min(specs, key=costs.estimate_seconds), 2) == 20
 
 
 def test_wider_longer_deeper_cells_ask_for_more(config):
     _, specs = paper_specs(config)
     s = specs[0]
-    base = R.estimate_seconds(s)
-    assert R.estimate_seconds({**s, "width": s["width"] * 4}) > base
-    assert R.estimate_seconds({**s, "layers": s["layers"] * 2}) > base
-    assert R.estimate_seconds({**s, "recipe_def": {**s["recipe_def"], "epochs": 100}}) > base
+    base = costs.estimate_seconds(s)
+    assert costs.estimate_seconds({**s, "width": s["width"] * 4}) > base
+    assert costs.estimate_seconds({**s, "layers": s["layers"] * 2}) > base
+    assert costs.estimate_seconds({**s, "recipe_def": {**s["recipe_def"], "epochs": 100}}) > base
     longer = {**s, "task_def": {**s["task_def"], "seq_len": 4 * s["task_def"]["seq_len"]}}
-    assert R.estimate_seconds(longer) > base
+    assert costs.estimate_seconds(longer) > base
 
 
 def test_only_small_cells_are_grouped(config):
     _, specs = paper_specs(config)
     for s in specs:
-        g = R.group(s)
-        m = R.runtime_min(s)
+        g = costs.group(s)
+        m = costs.runtime_min(s)
         if g is None:
-            assert m > R.GROUP_TIERS[-1].max_minutes
+            assert m > costs.GROUP_TIERS[-1].max_minutes
         else:
-            tier = next(t for t in R.GROUP_TIERS if t.name == g)
-            assert m <= tier.max_minutes and tier.bundle * tier.max_minutes <= R.GROUP_TARGET_MIN
+            tier = next(t for t in costs.GROUP_TIERS if t.name == g)
+            assert m <= tier.max_minutes and tier.bundle * tier.max_minutes <= costs.GROUP_TARGET_MIN
 
 
 def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
     """A dry run of one experiment of the paper grid through the profile: its learning-rate
-    searches' round 0 is what `arrepro.resources` counts, and every training cell runs in exactly
+    searches' round 0 is what `arrepro.cluster.budget` counts, and every training cell runs in exactly
     one group job of its size class, as the plan's bundles. Without arrepro.smkgroups (Snakemake
     9.27 merges the bundles again on each DAG update) it formed 59-73 group jobs where the plan
     has 116, and listed 46 of the 480 cells in two of them."""
@@ -169,14 +170,14 @@ def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
     searches = Searches(grid)  # the dry run lists round 0 of the searches whose groups serve the table
     round0 = dict.fromkeys(c for g in searches.experiment_groups(exp) for s in searches.groups[g]
                            for c in search_cells(s, [start_round(s)]))
-    plan = R.plan(grid, list(round0))
+    plan = budget.plan(grid, list(round0))
     assert int(re.search(r"^train\s+(\d+)$", p.stdout, re.M)[1]) == plan["cells"]
     assert not re.findall(r"^rule train:", p.stdout, re.M)  # no cell outside a group job
     parts = re.split(r"^\[.*\] Group job (\S+) \(jobs in lexicogr\. order\):$", p.stdout, flags=re.M)
     tiers, in_groups = parts[1::2], []
     for tier, body in zip(parts[1::2], parts[2::2]):
         specs = [json.loads(m) for m in re.findall(r"--cell-json '([^']+)'", body)]
-        assert specs and {R.group(s) for s in specs} == {tier}, tier  # one size class per Slurm job
+        assert specs and {costs.group(s) for s in specs} == {tier}, tier  # one size class per Slurm job
         in_groups += [(s["task"], s["model"], s["width"], s["layers"], s["lr"], s["seed"]) for s in specs]
     print(f"\n{exp}: {plan['cells']} cells -> {plan['train_jobs']} Slurm jobs planned; Snakemake forms {len(tiers)}, "
           f"{len(in_groups) - len(set(in_groups))} cells listed twice")
@@ -244,9 +245,9 @@ def test_a_group_job_of_n_cells_per_gpu_asks_for_one_gpu(tmp_path, config):
     cfg["scales"]["tiny"]["device"] = "cuda"
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     grid = Grid(cfg, "tiny")
-    marker, cells = next(iter(R.packs(grid, 2).items()))
+    marker, cells = next(iter(packs.packs(grid, 2).items()))
     assert len(cells) == 2
-    spec = R._spec(grid, cells[0])
+    spec = grid.cell_spec(**vars(cells[0]))
     subprocess.run(SNAKEMAKE + [f"results/data/{cells[0].task}/train.npz", "--cores", "1", "--config", "scale=tiny"],
                    cwd=wd, check=True, capture_output=True, timeout=300)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "ARREPRO_SCALE": "tiny"}
@@ -256,14 +257,14 @@ def test_a_group_job_of_n_cells_per_gpu_asks_for_one_gpu(tmp_path, config):
     call = first_sbatch(wd, [f"{c.path}/result.json" for c in cells], tmp_path, env)
     o = sbatch_options(call)
     assert (o["-p"], o["--gpus"], o["--cpus-per-task"], "--gres" in o) == (gpu, "1", "1", False), call
-    assert (int(o["-t"]), int(o["--mem"])) == (2 * R.runtime_min(spec), R.mem_mb(spec)), call
+    assert (int(o["-t"]), int(o["--mem"])) == (2 * costs.runtime_min(spec), costs.mem_mb(spec)), call
     assert call.count("'train:") == 2 and "gpu_pack" not in call and " --jobs 1 " in call
 
     with_cells_per_gpu(wd, 2)
     call = first_sbatch(wd, [marker], tmp_path, env)
     o = sbatch_options(call)
     assert (o["-p"], o["--gres"], o["--cpus-per-task"], "--gpus" in o) == (gpu, "gpu:1", "2", False), call
-    assert (int(o["-t"]), int(o["--mem"])) == (R.runtime_min(spec, 1, 2) + 1, 2 * R.mem_mb(spec)), call
+    assert (int(o["-t"]), int(o["--mem"])) == (costs.runtime_min(spec, 1, 2) + 1, 2 * costs.mem_mb(spec)), call
     assert call.count("'train:") == 2 and "'gpu_pack:" in call and " --jobs 1 " in call
 
 
@@ -425,7 +426,7 @@ def shared(cluster, tmp_path_factory):
     wd = copy_workflow(tmp_path_factory.mktemp("shared") / "wf")
     with_cells_per_gpu(wd, 2)
     grid = Grid(yaml.safe_load((wd / "config.yaml").read_text()), "tiny")
-    marker, cells = next(iter(R.packs(grid, 2).items()))
+    marker, cells = next(iter(packs.packs(grid, 2).items()))
     subprocess.run(SNAKEMAKE + [f"results/data/{cells[0].task}/train.npz", "--cores", "1", "--config", "scale=tiny"],
                    cwd=wd, check=True, capture_output=True, timeout=300)
     cpu, gpu = profile_partitions()

@@ -148,7 +148,7 @@ def test_the_run_file_forces_the_cells_it_names_and_keeps_their_weights_if_asked
 
 @pytest.mark.parametrize("n", ["0", "-1"])
 def test_the_resource_plan_refuses_fewer_than_one_cell_per_gpu(n):
-    p = subprocess.run([sys.executable, "-m", "arrepro.resources", "tiny", "--cells-per-gpu", n], env=ENV,
+    p = subprocess.run([sys.executable, "-m", "arrepro.cluster.budget", "tiny", "--cells-per-gpu", n], env=ENV,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "scale tiny" not in p.stdout, p.stdout + p.stderr
     assert f"--cells-per-gpu: {n} is not a whole number >= 1" in p.stderr, p.stderr

@@ -176,7 +176,7 @@ def test_command_line_mappings_are_read_as_yaml_and_named():
     (["1e-3x"], "lrs[0]: '1e-3x' is not a number"),
 ])
 def test_a_bad_learning_rate_list_is_explained(config, lrs, phrase):
-    from arrepro.checks import check_lr_lists
+    from arrepro.config.checks import check_lr_lists
 
     c = json.loads(json.dumps(config))
     c["scales"]["tiny"]["experiments"]["fig2"]["grids"][0]["lrs"] = lrs
@@ -186,7 +186,7 @@ def test_a_bad_learning_rate_list_is_explained(config, lrs, phrase):
 
 
 def test_yamls_unquoted_1e_3_is_taken_as_a_number(config):
-    from arrepro.checks import check_lr_lists
+    from arrepro.config.checks import check_lr_lists
 
     text = (ROOT / "config.yaml").read_text().replace("lrs: [1.0e-3, 1.0e-2]", "lrs: [1e-3, 1e-2]", 1)
     c = yaml.safe_load(text)

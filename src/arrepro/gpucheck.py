@@ -6,7 +6,7 @@ and recipe at a small width, shortened to ``steps`` optimiser steps (the trainin
 ``steps`` batches, one epoch; the test set to one batch), trained by ``train_cell`` as a grid cell
 would be. The table has, per family: the path each of its ops ran (``kernel_paths`` of the cell's
 result.json: kernel package and version, or portable and why), tokens/s, the model FLOP
-utilisation (``resources.flops_per_token`` without its mixer time factor, times tokens/s, over
+utilisation (``arrepro.config.costs.flops_per_token`` without its mixer time factor, times tokens/s, over
 the GPU's peak for the precision, ``PEAK_TFLOPS``) and the peak CUDA memory.
 
 The kernels' own vs-portable comparisons run before (pytest, in `make gpu-check`); this module
@@ -21,6 +21,8 @@ import math
 import sys
 import tempfile
 from pathlib import Path
+
+from .config.costs import MIXER_FACTOR, flops_per_token
 
 # Dense (no sparsity) peak throughput, TFLOP/s, from NVIDIA's data sheets: bf16 and tf32 on tensor
 # cores; fp32 on the CUDA cores (what PyTorch runs when TF32 is off, arrepro.train.autocast_for).
@@ -59,7 +61,7 @@ def check_spec(config: dict, model: str, *, width: int, layers: int, steps: int,
                precision: str, scale: str = "paper") -> dict:
     """The cell spec of one check cell: the scale's first MQAR task and the recipe of its first
     experiment grid, shortened to ``steps`` steps of one epoch."""
-    from .checks import load_grid
+    from .config.checks import load_grid
 
     grid = load_grid(config, scale)
     first = next(iter(grid.experiments.values()))["grids"][0]
@@ -74,12 +76,10 @@ def check_spec(config: dict, model: str, *, width: int, layers: int, steps: int,
 
 
 def model_flops_per_token(spec: dict) -> float:
-    """resources.flops_per_token without MIXER_FACTOR (a speed estimate, not arithmetic): the
-    same formula evaluated as for attention, whose factor is 1."""
-    from . import resources
-
-    assert resources.MIXER_FACTOR["attention"] == 1.0
-    return resources.flops_per_token({**spec, "model_def": {**spec["model_def"], "mixer": "attention"}})
+    """arrepro.config.costs.flops_per_token without MIXER_FACTOR (a speed estimate, not
+    arithmetic): the same formula evaluated as for attention, whose factor is 1."""
+    assert MIXER_FACTOR["attention"] == 1.0
+    return flops_per_token({**spec, "model_def": {**spec["model_def"], "mixer": "attention"}})
 
 
 def describe_paths(paths: list[dict] | None) -> str:

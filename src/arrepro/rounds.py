@@ -12,7 +12,7 @@ start grids (two fixed grids, say) are different searches; their cells are share
 coincide.
 
 Searches run in rounds, per *group* of settings: of similar cost (the resource tiers of
-``arrepro.resources``: a round waits for its slowest cell, so a 10-minute cell does not wait for
+``arrepro.config.costs``: a round waits for its slowest cell, so a 10-minute cell does not wait for
 an 18-hour one) and serving the same experiments (so that one figure's target trains only its
 own searches' cells). Round 0 is known from the config; round r >= 1 of a group is decided by one job
 (the workflow's checkpoint ``search_round``) from the results of every earlier cell of the
@@ -32,13 +32,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config.costs import GROUP_TIERS, group, setting_spec
 from .grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
 from .search import Round, SearchSpec, State, cells_of, decide, state_window
 
 PROTOCOLS = ("search", "grid")
 SEARCH_DEFAULTS = schema_defaults("search")  # an lr_searches entry's defaults: the config schema's
 MERGEABLE = ("search_seeds", "window", "rounds", "per_round", "ladder", "budget")  # merged to the most demanding
-BIG = "big"  # the group of cells too big to share a Slurm job (resources.group is None)
+BIG = "big"  # the group of cells too big to share a Slurm job (arrepro.config.costs.group is None)
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,6 @@ class Searches:
         n = d.get("search_seeds", SEARCH_DEFAULTS["search_seeds"])
         if n != "all" and n > len(seeds):
             raise ConfigError(f"{key}.search_seeds: {n} is more than the {len(seeds)} seed(s) of {where}")
-        from .resources import GROUP_TIERS
-
         tiers = [t.name for t in GROUP_TIERS] + [BIG]
         unknown = sorted(set(d.get("tier_budget", {})) - set(tiers))
         if unknown:
@@ -138,11 +137,7 @@ class Searches:
             raise ConfigError(f"{key}: {err} (used by {where})") from None
 
     def _tier(self, setting: Setting) -> str:
-        from . import resources
-
-        spec = self.grid.cell_spec(setting.task, setting.model, setting.width, setting.layers, setting.recipe,
-                                   "1e-3", 0)
-        return resources.group(spec) or BIG
+        return group(setting_spec(self.grid, setting)) or BIG
 
     # -- what the workflow asks ------------------------------------------------------------
     def of_experiment(self, exp: str) -> list[tuple[str, Search]]:
@@ -205,7 +200,7 @@ def settings_of(grid: Grid, g: dict) -> list[Setting]:
 def search_spec(entry: dict, start, seeds, learned: float, good: float, tier: str | None = None) -> SearchSpec:
     """An ``lr_searches`` entry (its defaults: the config schema's) as the spec of a setting with
     these start learning rates and reported seeds, whose cells are of the cost ``tier``
-    (``arrepro.resources.group``, or "big": its ``tier_budget`` overrides ``budget``). The
+    (``arrepro.config.costs.group``, or "big": its ``tier_budget`` overrides ``budget``). The
     ladder's ``all`` is every seed; a step at or above the seeds' count (a 3-seed scale with a
     5-seed ladder) is dropped; with every seed searching there is no ladder."""
     d = {**SEARCH_DEFAULTS, **entry}

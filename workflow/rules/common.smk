@@ -6,13 +6,14 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from arrepro import resources as cluster  # wall time, memory, groups and GPU packs of a cell
+from arrepro.cluster import packs
+from arrepro.config import costs  # wall time, memory and group of a cell
 from arrepro import rounds as lr_rounds
 from arrepro import blocks as mamba_blocks
 from arrepro import runfile
 from arrepro.digest import record_planned, source_digest
 from arrepro.catalogue import script_sources, train_sources
-from arrepro.checks import load_grid
+from arrepro.config.checks import load_grid
 from arrepro.grid import CELL_PATTERN, ConfigError, one_of
 from arrepro.preflight import config_error
 

@@ -35,14 +35,14 @@ rule train:
         layers=r"\d+",
         seed=r"\d+",
     threads: 1
-    # Estimated from the cell's size (src/arrepro/resources.py); a retry gets twice the time.
+    # Estimated from the cell's size (src/arrepro/config/costs.py); a retry gets twice the time.
     # Small cells share a Slurm job: see the profile's group-components (slurm/profile.yaml).
     group:
-        lambda wc: cluster.group(GRID.cell_spec(**wc))
+        lambda wc: costs.group(GRID.cell_spec(**wc))
     resources:
-        gpu=lambda wc: cluster.gpus(GRID.cell_spec(**wc), CELLS_PER_GPU),
-        mem_mb=lambda wc: cluster.mem_mb(GRID.cell_spec(**wc)),
-        runtime=lambda wc, attempt: cluster.runtime_min(GRID.cell_spec(**wc), attempt, CELLS_PER_GPU),
+        gpu=lambda wc: costs.gpus(GRID.cell_spec(**wc), CELLS_PER_GPU),
+        mem_mb=lambda wc: costs.mem_mb(GRID.cell_spec(**wc)),
+        runtime=lambda wc, attempt: costs.runtime_min(GRID.cell_spec(**wc), attempt, CELLS_PER_GPU),
         train_slot=1,
         **SHARED_GPU,  # cells per GPU > 1: gres="gpu:1" instead of gpu=1 (workflow/rules/gpushare.smk)
     conda:

@@ -8,11 +8,11 @@ import math
 import posixpath
 import re
 
-from .catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
-from .constraints import names_in, unmet
-from .data import task_seq_len, task_spec
-from .grid import ConfigError, Grid
-from .resources import memory_problem
+from ..catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
+from ..constraints import names_in, unmet
+from ..data import task_seq_len, task_spec
+from ..grid import ConfigError, Grid
+from .costs import memory_problem
 
 
 def load_grid(config: dict, scale: str | None = None) -> Grid:
@@ -177,7 +177,7 @@ def _check_models(grid, root: str | None) -> None:
     """Each model of each grid at each of its widths, depths and tasks: the requirements its
     mixer declares (``REQUIRES``, read with ast: arrepro.constraints), e.g. ``num_heads >= 1``
     and a width that ``num_heads`` divides, and a size some machine can hold
-    (``resources.memory_problem``). Refused here, naming the key, not inside a job."""
+    (``costs.memory_problem``). Refused here, naming the key, not inside a job."""
 
     base = f"scales.{grid.scale_name}"
     seen = set()
@@ -201,8 +201,7 @@ def _check_models(grid, root: str | None) -> None:
                         raise ConfigError(f"{where}.widths: model {m!r} at width {w}: {problem[1]} "
                                           f"(models.{m}.mixer_kwargs: {kwargs})")
                 cell = grid.cell(t, m, w, nl, g["recipe"], grid.lrs(g)[0], 0)
-                spec = grid.cell_spec(cell.task, m, w, nl, cell.recipe, cell.lr, 0)
-                problem = memory_problem(spec)
+                problem = memory_problem(grid.cell_spec(**vars(cell)))
                 if problem:
                     raise ConfigError(f"{where}.widths: model {m!r} at width {w}, {nl} layer(s): {problem}")
 
