@@ -1,7 +1,7 @@
 """A benchmark of the learning-rate protocol itself, on synthetic settings with the paper's shapes.
 
 Each setting is an accuracy curve over log10(learning rate) with per-cell seed noise, seen by the
-project's own search code (``arrepro.search.run``, round by round as the workflow runs it) with
+project's own search code (``arrepro.search.protocol.run``, round by round as the workflow runs it) with
 the spec config.yaml gives the paper's best-over-LR searches (``lr_searches.best``), and by the
 protocol of an earlier commit (default c6e7164, "today's" when issue 26 was filed: search on one
 seed, settle near ties on two more, report the five at the chosen rate), loaded from git.
@@ -39,9 +39,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from arrepro import claims  # noqa: E402
-from arrepro import search as S  # noqa: E402
-from arrepro.rounds import search_spec  # noqa: E402
+from arrepro.search import protocol, thresholds  # noqa: E402
+from arrepro.search.rounds import search_spec  # noqa: E402
 
 SEEDS = (42, 123, 777, 456, 789)  # the paper's five
 CHANCE = 0.25  # MQAR, K = 4
@@ -85,7 +84,7 @@ def _rng(key: str) -> random.Random:
     return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
 
 
-def sigma_for(width: float, height: float, good: float = claims.GOOD) -> float:
+def sigma_for(width: float, height: float, good: float = thresholds.GOOD) -> float:
     """The bump's sigma whose mean reaches ``good`` over ``width`` decades."""
     return (width / 2) / math.sqrt(2 * math.log((height - CHANCE) / (good - CHANCE)))
 
@@ -124,7 +123,7 @@ def old_protocol(commit: str):
     exec(compile(src, f"{commit}:src/arrepro/search.py", "exec"), mod.__dict__)
     sp = mod.SearchSpec(start=(3.16e-4, 1e-3, 3.16e-3, 1e-2), lo=1e-5, hi=1e-1, resolution=0.25, rounds=2,
                         per_round=2, search_seeds=SEEDS[:1], seeds=SEEDS, window=False, tie=0.1, tie_seeds=2,
-                        plateau=0.99, learned=claims.learned_threshold(CHANCE), good=claims.GOOD)
+                        plateau=0.99, learned=thresholds.learned_threshold(CHANCE), good=thresholds.GOOD)
 
     def run(world: World):
         rounds, results = [], {}
@@ -145,16 +144,16 @@ def new_protocol(overrides: dict, tier: str | None = None):
     setting of cost ``tier`` (its ``tier_budget``)."""
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     entry = {**cfg["lr_searches"]["best"], **overrides}
-    sp = search_spec(entry, entry["start"], SEEDS, claims.learned_threshold(CHANCE), claims.GOOD, tier)
+    sp = search_spec(entry, entry["start"], SEEDS, thresholds.learned_threshold(CHANCE), thresholds.GOOD, tier)
 
     def run(world: World):
-        rounds, state, results = S.run(sp, world.cell)
+        rounds, state, results = protocol.run(sp, world.cell)
         reported = state.points[state.chosen] if state.points else 0.0
         return reported, sorted({lr for lr, _ in results}), len(results)
     return run, sp
 
 
-LEARNED = claims.learned_threshold(CHANCE)
+LEARNED = thresholds.learned_threshold(CHANCE)
 
 
 def measure(run, worlds, grid_stat) -> dict:

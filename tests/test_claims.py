@@ -4,6 +4,7 @@ import pytest
 
 from arrepro import claims as C
 from arrepro.paper import Results
+from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 TASKS = {"L64": {"kind": "mqar", "num_kv_pairs": 4}, "copy": {"kind": "copy"}}
 MIXER = {"attention_conv_qkv": "attention", "attention_conv_k": "attention", "attention_conv_v": "attention",
@@ -45,18 +46,18 @@ def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", ex
 
 
 def add_windows(best_rows, cells):
-    """Each best row's window columns, as the aggregation writes them: arrepro.search.window over
+    """Each best row's window columns, as the aggregation writes them: arrepro.search.protocol.window over
     the row's cells' per-learning-rate means (learned and good at the claims' thresholds)."""
     from arrepro.aggregate import WINDOW
-    from arrepro.rounds import window_dict
-    from arrepro.search import window
+    from arrepro.search.protocol import window
+    from arrepro.search.rounds import window_dict
 
     for b in best_rows:
         mine = pd.DataFrame([c for c in cells if (c["model"], c["width"], c["layers"], c["task"])
                              == (b["model"], b["width"], b["layers"], b["task"])])
         points = mine.groupby("lr")[b["metric"]].mean().to_dict() if len(mine) else {}
-        chance = C.chance_level(TASKS[b["task"]], b["metric"])
-        w = window_dict(window(points, C.learned_threshold(chance), C.GOOD))
+        chance = chance_level(TASKS[b["task"]], b["metric"])
+        w = window_dict(window(points, learned_threshold(chance), GOOD))
         b.update({f"window_{k}": w[k] for k in WINDOW})
 
 
@@ -74,9 +75,9 @@ def one(m, mean, w=64, n=1, spread=0.0, params=None, task="L64"):
 
 # --------------------------------------------------------------------------- the rules
 def test_chance_and_learned_threshold():
-    assert C.chance_level({"kind": "mqar", "num_kv_pairs": 4}, "final_accuracy") == 0.25
-    assert C.chance_level({"kind": "copy"}, "final_exact_match") == 0.0
-    assert C.learned_threshold(0.25) == pytest.approx(0.4375)
+    assert chance_level({"kind": "mqar", "num_kv_pairs": 4}, "final_accuracy") == 0.25
+    assert chance_level({"kind": "copy"}, "final_exact_match") == 0.0
+    assert learned_threshold(0.25) == pytest.approx(0.4375)
     s = C.Stat("m", 0.43, 0.43, 0.43, 0.25)
     assert not s.learned and C.Stat("m", 0.44, 0.44, 0.44, 0.25).learned
 

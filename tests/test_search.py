@@ -1,4 +1,4 @@
-"""The learning-rate search (arrepro.search) on hand-made accuracy curves: one test per case of the
+"""The learning-rate search (arrepro.search.protocol) on hand-made accuracy curves: one test per case of the
 protocol, each run round by round as the workflow runs it (``search.run``)."""
 import itertools
 import math
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from arrepro import search as S
+from arrepro.search import protocol
 
 HALF = [3.16e-4, 1.0e-3, 3.16e-3, 1.0e-2]
 SEEDS = (0, 1, 2, 3, 4)
@@ -16,7 +16,7 @@ def spec(**kw):
     base = dict(start=tuple(HALF), lo=1e-5, hi=1e-1, resolution=0.25, rounds=2, per_round=2, search_seeds=(0,),
                 seeds=SEEDS, window=False, ladder=((5, 2),), budget=16, plateau=0.99, learned=0.4375, good=0.9)
     base.update(kw)
-    return S.SearchSpec(**base)
+    return protocol.SearchSpec(**base)
 
 
 def peak(center, width=0.5, height=1.0, floor=0.25):
@@ -28,7 +28,7 @@ def peak(center, width=0.5, height=1.0, floor=0.25):
 
 
 def run(sp, acc):
-    rounds, state, results = S.run(sp, acc)
+    rounds, state, results = protocol.run(sp, acc)
     assert len(rounds) - 1 <= sp.max_rounds, "more rounds than the spec allows"
     assert len(results) <= sp.max_cells(), "more cells than the budget"
     return rounds, state, results
@@ -121,7 +121,7 @@ def test_nothing_learned_on_any_seed_is_not_learned_and_still_reports_two_candid
     rounds, st, results = run(sp, chance)
     assert st.outcome == "not learned" and "nothing learned" in st.why
     assert_reports_the_paper_statistic(sp, st, results)
-    assert S.state_window(sp, st).status == "not learned"
+    assert protocol.state_window(sp, st).status == "not learned"
 
 
 def test_an_all_diverged_setting_extends_towards_lower_learning_rates():
@@ -158,8 +158,8 @@ def test_the_window_edges_are_resolved_where_asked():
     windowed = run(spec(rounds=3, window=True, budget=0, search_seeds=SEEDS, ladder=()), wide)
     assert not any("window" in r.reason for r in plain[0])
     assert any("window's lower edge" in r.reason for r in windowed[0])
-    w = S.state_window(windowed[0] and spec(window=True, search_seeds=SEEDS, ladder=(), budget=0), windowed[1])
-    assert w.status == "window" and w.resolution <= 0.25 + S.RES_TOL
+    w = protocol.state_window(windowed[0] and spec(window=True, search_seeds=SEEDS, ladder=(), budget=0), windowed[1])
+    assert w.status == "window" and w.resolution <= 0.25 + protocol.RES_TOL
     assert w.below < 5e-4 <= w.lo and w.hi <= 5e-3 < w.above
 
 
@@ -201,7 +201,7 @@ def test_the_range_stops_an_extension_and_the_best_stays_marked_unresolved():
     sp = spec(hi=1e-2)
     rounds, st, _ = run(sp, up)
     assert all(lr <= 1e-2 for lr in lrs_of(rounds)) and st.outcome == "range" and st.chosen == 1e-2
-    assert S.state_window(sp, st).open_hi == "range"
+    assert protocol.state_window(sp, st).open_hi == "range"
 
 
 def test_decisions_are_a_pure_function_of_the_results():
@@ -212,8 +212,8 @@ def test_decisions_are_a_pure_function_of_the_results():
     rounds = a[0][:2]
     results = {k: v for k, v in a[2].items() if any(k in r.cells for r in rounds)}
     shuffled = dict(sorted(results.items(), key=lambda kv: -kv[0][0]))
-    assert S.decide(spec(window=True), rounds, results)[0].as_dict() == \
-        S.decide(spec(window=True), rounds, shuffled)[0].as_dict()
+    assert protocol.decide(spec(window=True), rounds, results)[0].as_dict() == \
+        protocol.decide(spec(window=True), rounds, shuffled)[0].as_dict()
 
 
 def test_a_fixed_grid_on_every_seed_reports_the_best_mean():
@@ -243,7 +243,7 @@ def test_every_search_keeps_its_budget_and_reports_the_paper_statistic(window, s
         assert_reports_the_paper_statistic(sp, st, results)
         seen = list(itertools.chain.from_iterable(r.cells for r in rounds))
         assert len(seen) == len(set(seen)), "a cell planned twice"
-        assert set(kinds(rounds)) <= set(S.KINDS) and kinds(rounds)[0] == "start" and all(r.reason for r in rounds)
+        assert set(kinds(rounds)) <= set(protocol.KINDS) and kinds(rounds)[0] == "start" and all(r.reason for r in rounds)
 
 
 # --------------------------------------------------------------------------- the window
@@ -251,26 +251,26 @@ def test_window_and_wider_on_hand_made_points():
     learned, good = 0.4375, 0.9
     attention = {1e-4: 0.95, 3.16e-4: 1.0, 1e-3: 1.0, 3.16e-3: 0.97, 1e-2: 0.5}
     mamba = {1e-4: 0.3, 3.16e-4: 0.3, 1e-3: 0.6, 3.16e-3: 0.95, 1e-2: 0.4}
-    wa, wm = S.window(attention, learned, good, 1e-4, 1e-1), S.window(mamba, learned, good, 1e-4, 1e-1)
+    wa, wm = protocol.window(attention, learned, good, 1e-4, 1e-1), protocol.window(mamba, learned, good, 1e-4, 1e-1)
     assert (wa.lo, wa.hi, wa.below, wa.above, wa.open_lo) == (1e-4, 3.16e-3, None, 1e-2, "range")
     assert wa.width == pytest.approx(1.5, abs=1e-3) and wa.width_max is None
     assert (wm.lo, wm.hi, wm.below, wm.above) == (3.16e-3, 3.16e-3, 1e-3, 1e-2) and wm.width == 0
-    assert S.wider(wa, wm) == 1 and S.wider(wm, wa) == -1
+    assert protocol.wider(wa, wm) == 1 and protocol.wider(wm, wa) == -1
     at_chance = {x: 0.26 for x in attention}
-    assert S.window(at_chance, learned, good).status == "not learned"
+    assert protocol.window(at_chance, learned, good).status == "not learned"
     # issue 26: "not learned" is not a window, narrower or not; a learned model without a good rate is
-    assert S.wider(wa, S.window(at_chance, learned, good)) == 0
-    assert S.wider(wa, S.window({1e-3: 0.6, 1e-2: 0.7}, learned, good)) == 1
-    a = S.window({1e-4: 0.2, 1e-2: 0.95, 1: 0.2}, learned, good)
-    b = S.window({1e-3: 0.2, 3.16e-3: 0.95, 1e-2: 0.95, 3.16e-2: 0.2}, learned, good)
-    assert S.wider(a, b) == 0 and S.wider(b, a) == 0
+    assert protocol.wider(wa, protocol.window(at_chance, learned, good)) == 0
+    assert protocol.wider(wa, protocol.window({1e-3: 0.6, 1e-2: 0.7}, learned, good)) == 1
+    a = protocol.window({1e-4: 0.2, 1e-2: 0.95, 1: 0.2}, learned, good)
+    b = protocol.window({1e-3: 0.2, 3.16e-3: 0.95, 1e-2: 0.95, 3.16e-2: 0.2}, learned, good)
+    assert protocol.wider(a, b) == 0 and protocol.wider(b, a) == 0
 
 
 def test_a_window_edge_bounded_by_one_seed_is_shown_not_good_only_by_its_bound():
     # 1e-2 has one seed at 0.8: on every seed it could still reach 0.96 >= 0.9, so it does not bound the
     # window; 3.16e-2 at 0.3 on one seed can reach at most 0.86: shown not good
     points = {1e-3: 0.95, 3.16e-3: 0.97}
-    w = S.window(points, 0.4375, 0.9, 1e-5, 1e-1, bounds={1e-2: 0.96, 3.16e-2: 0.86, 3.16e-4: 0.5})
+    w = protocol.window(points, 0.4375, 0.9, 1e-5, 1e-1, bounds={1e-2: 0.96, 3.16e-2: 0.86, 3.16e-4: 0.5})
     assert (w.lo, w.hi, w.below, w.above, w.unknown) == (1e-3, 3.16e-3, 3.16e-4, 3.16e-2, 1)
 
 

@@ -37,7 +37,7 @@ import pytest
 from arrepro.cluster import budget, packs
 from arrepro.config import costs
 from arrepro.grid import Grid
-from arrepro.rounds import Searches, search_cells, start_round
+from arrepro.search.rounds import Searches, search_cells, start_round
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "slurm" / "profile.yaml"

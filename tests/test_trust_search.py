@@ -28,44 +28,44 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- plans and decision files
 def test_a_plan_is_sealed_and_an_edited_or_cut_one_is_named(tmp_path):
-    from arrepro import plans
+    from arrepro.search.plans import Plan, made_from
 
     path = tmp_path / "round5.json"
-    plans.write_plan(path, {"group": "g", "round": 5, "searches": {"k": {"state": {"chosen_lr": 0.001}}}},
-                     plans.made_from("code", "{}", None, []))
-    assert plans.read_plan(path)["searches"]["k"]["state"]["chosen_lr"] == 0.001
+    Plan({"group": "g", "round": 5, "searches": {"k": {"state": {"chosen_lr": 0.001}}}}).write(
+        path, made_from("code", "{}", None, []))
+    assert Plan.read(path).searches["k"]["state"]["chosen_lr"] == 0.001
     edited = json.loads(path.read_text())
     edited["searches"]["k"]["state"]["chosen_lr"] = 0.0316  # valid JSON, the seal not recomputed
     path.write_text(json.dumps(edited))
     with pytest.raises(UnreadableFile, match=f"{path}: its contents differ.*rebuilds"):
-        plans.read_plan(path)
+        Plan.read(path)
     path.write_text(path.read_text()[:40])
     with pytest.raises(UnreadableFile, match=f"{path}: not valid JSON"):
-        plans.read_plan(path)
+        Plan.read(path)
 
 
 def test_a_plan_made_from_other_inputs_is_stale(tmp_path):
-    from arrepro import plans
+    from arrepro.search.plans import Plan, made_from
 
     result = tmp_path / "result.json"
     result.write_text('{"a": 1}')
-    previous = {"sha256": "p" * 64}
-    plan = plans.write_plan(tmp_path / "r2.json", {"round": 2}, plans.made_from("c1", "S", previous, [result]))
+    previous = Plan({"sha256": "p" * 64})
+    plan = Plan({"round": 2}).write(tmp_path / "r2.json", made_from("c1", "S", previous, [result]))
     mtime = (tmp_path / "r2.json").stat().st_mtime_ns
-    assert plans.plan_problem(plan, mtime, "c1", "S", previous) is None
-    assert "code changed" in plans.plan_problem(plan, mtime, "c2", "S", previous)
-    assert "searches changed" in plans.plan_problem(plan, mtime, "c1", "T", previous)
-    assert "round before it changed" in plans.plan_problem(plan, mtime, "c1", "S", {"sha256": "q" * 64})
+    assert plan.problem(mtime, "c1", "S", previous) is None
+    assert "code changed" in plan.problem(mtime, "c2", "S", previous)
+    assert "searches changed" in plan.problem(mtime, "c1", "T", previous)
+    assert "round before it changed" in plan.problem(mtime, "c1", "S", Plan({"sha256": "q" * 64}))
     result.write_text('{"a": 2}')  # retrained, newer than the plan
     os.utime(result, ns=(mtime + 10**9, mtime + 10**9))
-    assert "has changed since" in plans.plan_problem(plan, mtime, "c1", "S", previous)
+    assert "has changed since" in plan.problem(mtime, "c1", "S", previous)
     result.unlink()
-    assert "is missing" in plans.plan_problem(plan, mtime, "c1", "S", previous)
-    assert "records no inputs" in plans.plan_problem({"round": 2}, mtime, "c1", "S", previous)
+    assert "is missing" in plan.problem(mtime, "c1", "S", previous)
+    assert "records no inputs" in Plan({"round": 2}).problem(mtime, "c1", "S", previous)
 
 
 def test_a_damaged_decision_file_is_found(tmp_path):
-    from arrepro import plans
+    from arrepro.search import plans
 
     good, bad = tmp_path / "a.json", tmp_path / "b.json"
     plans.write_report(good, {"search": "a"})

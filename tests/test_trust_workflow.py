@@ -21,7 +21,8 @@ from arrepro.aggregate import read_best_table, read_cells_table
 from arrepro.files import UnreadableFile, write_table
 from arrepro.grid import Grid
 from arrepro.plots import literal
-from arrepro.rounds import Searches, read_plan
+from arrepro.search.plans import Plan
+from arrepro.search.rounds import Searches
 from arrepro.tables import render_table
 from arrepro.tex import tex_escape
 from test_workflow import ROOT, TARGETS, copy_workflow, edit_config, private_copy
@@ -391,7 +392,7 @@ def test_an_edited_plan_a_truncated_plan_and_a_garbled_decision_file_are_rebuilt
     assert not same_as(wd, clean), p.stderr[-3000:]
     middle.write_text("{")  # read by hand: named, with the fix
     with pytest.raises(UnreadableFile, match=re.escape(str(middle)) + ": not valid JSON.*rebuilds"):
-        read_plan(middle)
+        Plan.read(middle)
 
 
 def test_deleted_plans_and_a_cell_deleted_meanwhile_are_rebuilt(wd, tex_path):

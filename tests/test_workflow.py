@@ -32,7 +32,7 @@ def smk(wd: Path, *args, check=True):
 def search_reports(scale="tiny"):
     """The per-search files of a scale (rule search_reports)."""
     from arrepro.grid import Grid
-    from arrepro.rounds import Searches
+    from arrepro.search.rounds import Searches
 
     grid = Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), scale)
     return sorted(s.report_path(grid.out) for s in Searches(grid).searches.values())
@@ -252,7 +252,7 @@ def test_each_figure_pulls_exactly_its_experiments_cells(tmp_path):
     training of exactly the round-0 cells of its experiment's searches (and a cell two
     experiments share is one job)."""
     from arrepro.grid import Grid
-    from arrepro.rounds import Searches, search_cells, start_round
+    from arrepro.search.rounds import Searches, search_cells, start_round
 
     wd = copy_workflow(tmp_path)
     grid = Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "demo")
@@ -305,14 +305,15 @@ def test_a_forced_run_retrains_every_cell_of_every_round(wd):
     the checkpoint of an interrupted attempt: every cell trains from scratch, the run says how
     many, and each train.log keeps its earlier lines."""
     from arrepro.grid import Grid
-    from arrepro.rounds import Searches, plan_path, plan_rounds, read_plan, search_cells
+    from arrepro.search.plans import Plan
+    from arrepro.search.rounds import Searches, search_cells
 
     grid = Grid(yaml.safe_load((wd / "config.yaml").read_text()), "tiny")
     searches = Searches(grid)
     cells = {}  # every cell of every round, from the searches' last plans
     for s in searches.searches.values():
-        plan = read_plan(wd / plan_path(grid.out, s.group, searches.final_round(s.group)))
-        cells.update({c.path: c for c in search_cells(s, plan_rounds(plan, s.key))})
+        plan = Plan.read(wd / Plan.path(grid.out, s.group, searches.final_round(s.group)))
+        cells.update({c.path: c for c in search_cells(s, plan.rounds(s.key))})
     later = sorted(set(cells) - {c.path for c in searches.round0_cells()})
     assert len(later) >= 2, later  # the search's refining rounds
     for path in later:

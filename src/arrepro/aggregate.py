@@ -2,7 +2,7 @@
 
 The number reported for each (series, task, model, width, layers, recipe) is the paper's (A.2):
 the best, over the learning rates, of the mean over every reported seed. Which learning rates
-compete is the learning-rate search's decision (``arrepro.search``): its *candidates*, each
+compete is the learning-rate search's decision (``arrepro.search.protocol``): its *candidates*, each
 trained on every reported seed; the best table's row is the chosen candidate (the best mean;
 among exactly tied ones the middle in LR order, the lower of the two middle ones for an even
 count; ``n_tied_lrs`` says how many tied) with the mean, std, min and max over every reported
@@ -10,7 +10,7 @@ seed, and says what the number rests on: the candidates (``candidates``), the re
 (``seeds``), the learning rates tried (``n_lrs``) and cells trained (``n_cells``), the
 contenders the budget left untried (``n_contenders``). A fixed grid trained on every seed is the
 search's special case (every learning rate a candidate). The row also carries the search's
-outcome and the setting's good-LR window (``arrepro.search.window``: its edges, as the tried
+outcome and the setting's good-LR window (``arrepro.search.protocol.window``: its edges, as the tried
 learning rates bound them).
 """
 from __future__ import annotations
@@ -19,10 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import search as S
-from .cellfiles import read_result
+from .cellfiles import RESULT, read_result
 from .files import read_table, write_table
 from .data import task_seq_len
+from .grid import Setting
+from .search import protocol
+from .search.plans import Plan
+from .search.rounds import window_dict
+from .search.thresholds import GOOD
 
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
@@ -85,21 +89,18 @@ def _row(g: pd.DataFrame, metric: str, decision: dict) -> dict:
 
 def _points_decision(points: dict[float, float], search: str, outcome: str, window: dict | None, seeds) -> dict:
     top = max(points.values())
-    return {"chosen": S.best(points), "search": search, "outcome": outcome, "window": window, "points": points,
-            "n_tied": sum(m >= top - S.EXACT for m in points.values()), "seeds": list(seeds)}
+    return {"chosen": protocol.best(points), "search": search, "outcome": outcome, "window": window, "points": points,
+            "n_tied": sum(m >= top - protocol.EXACT for m in points.values()), "seeds": list(seeds)}
 
 
 def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: float = 0.0,
                  good: float | None = None) -> pd.DataFrame:
     """The best table of fixed grids, every learning rate trained on every seed (the search's
     special case, without its plan files): the best mean over seeds, middle of exact ties."""
-    from .rounds import window_dict
-    from .claims import GOOD
-
     rows = []
     for _, g in df.assign(acc=_accuracy(df, metric)).groupby(GROUP, dropna=False, sort=True):
         points = g.groupby("lr")["acc"].mean().to_dict()
-        w = S.window(points, learned, GOOD if good is None else good, min(points), max(points))
+        w = protocol.window(points, learned, GOOD if good is None else good, min(points), max(points))
         rows.append(_row(g, metric, _points_decision(points, "fixed", "fixed", window_dict(w), sorted(g["seed"].unique()))))
     return pd.DataFrame(rows).sort_values(GROUP).reset_index(drop=True)
 
@@ -108,16 +109,13 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
     """An experiment's cells table (every cell of its searches, one row per series it is in) and
     best table (one row per series and search: the search's chosen learning rate). ``series``:
     [{"series": name, "searches": [search key, ...]}]; ``plan_paths``: the last plans of the
-    searches' groups (arrepro.rounds); ``task_names``: task id -> this scale's name."""
-    from .rounds import Setting, plan_rounds, read_plan
-    from .search import cells_of
-
+    searches' groups (arrepro.search.plans.Plan); ``task_names``: task id -> this scale's name."""
     entries, rounds = {}, {}
     for p in plan_paths:
-        plan = read_plan(p)
-        for key, entry in plan["searches"].items():
+        plan = Plan.read(p)
+        for key, entry in plan.searches.items():
             entries[key] = entry
-            rounds[key] = plan_rounds(plan, key)
+            rounds[key] = plan.rounds(key)
     results: dict[str, dict] = {}
     cell_parts, best_rows = [], []
     for s in series:
@@ -125,11 +123,11 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             if key not in entries:
                 raise ValueError(f"search {key} of series {s['series']!r} is in none of the plans {list(plan_paths)}")
             entry, setting = entries[key], Setting(**entries[key]["setting"])
-            paths = [f"{setting.cell(lr, seed).path}/result.json" for lr, seed in cells_of(rounds[key])]
+            paths = [f"{setting.cell(lr, seed).path}/{RESULT}" for lr, seed in protocol.cells_of(rounds[key])]
             missing = [p for p in paths if p not in results]
             if missing:
                 df = load_results(missing, task_names)
-                results.update({f"{d}/result.json": r for d, r in zip(df["cell_dir"], df.to_dict("records"))})
+                results.update({f"{d}/{RESULT}": r for d, r in zip(df["cell_dir"], df.to_dict("records"))})
             g = pd.DataFrame([results[p] for p in paths]).assign(series=s["series"], search=key)
             cell_parts.append(g)
             state = entry["state"]

@@ -11,10 +11,11 @@ import os
 import re
 from pathlib import Path
 
+from .config.paths import PACKAGE_ROOT, REPO_ROOT
 from .digest import PACKAGE, imports
 
-ROOT = Path(__file__).resolve().parents[2]
-MIXERS_DIR = Path(__file__).resolve().parent / "models" / "mixers"
+ROOT = REPO_ROOT
+MIXERS_DIR = PACKAGE_ROOT / "models" / "mixers"
 # arguments every mixer gets from the backbone, not from mixer_kwargs
 BACKBONE_ARGS = {"self", "d_model", "max_len"}
 

@@ -20,7 +20,7 @@ is then not listed). The rules, the same for every claim and stated in the paper
 - a learning rate is **good** for a model when its mean accuracy reaches GOOD; a model's
   **window** in a setting is the span of its good learning rates, whose true edges lie between
   the outermost good learning rates tried and their nearest tried neighbours that are not good
-  (arrepro.search.window, the one definition); "A's window is wider than B's" counts the settings
+  (arrepro.search.protocol.window, the one definition); "A's window is wider than B's" counts the settings
   both train where A's window is conclusively wider (its narrowest possible span exceeds B's
   widest possible one; no good learning rate: no window) and where B's is: consistent when A's is
   wider in more settings, contradicted when B's is, inconclusive when they tie.
@@ -36,32 +36,17 @@ import numpy as np
 import pandas as pd
 
 from .grid import ZOO_PREFIX
-from .search import Window, wider
+from .search.protocol import Window, wider
+from .search.thresholds import GOOD, LEARNED_MARGIN, learned_threshold
 from .tex import acc, points
 
-LEARNED_MARGIN = 0.25  # a model has learned at chance + 0.25 * (1 - chance)
 MIN_DIFF = 0.10        # a difference smaller than this is never conclusive (one seed: the only bar)
-GOOD = 0.9             # a learning rate (or a setting) "succeeds" when the mean accuracy reaches this
 PARAM_RATIO = 1.5      # "the same parameter count": within this factor of each other
 SETTING = ["task", "width", "layers"]
 ATTENTION_MIXERS = {"attention", "based"}
 
 CONSISTENT, CONTRADICTED, INCONCLUSIVE = "consistent", "contradicted", "inconclusive"
 VERDICTS = (CONSISTENT, CONTRADICTED, INCONCLUSIVE)
-
-
-def chance_level(task: dict, metric: str) -> float:
-    """The accuracy of a model that learned only the format: 1/K among the K values of an MQAR
-    context, 0 for an exact match of a whole copied string."""
-    if "exact_match" in metric or task.get("kind") == "copy":
-        return 0.0
-    if task.get("kind") == "mqar":
-        return 1.0 / int(task["num_kv_pairs"])
-    raise ValueError(f"chance level: unknown task kind {task.get('kind')!r} (task {task})")
-
-
-def learned_threshold(chance: float) -> float:
-    return chance + LEARNED_MARGIN * (1 - chance)
 
 
 @dataclass(frozen=True)
@@ -231,7 +216,7 @@ def all_of(parts: list[Judgement | None]) -> Judgement | None:
 
 def window_of(row) -> Window:
     """A best-table row's window of good learning rates (its ``window_*`` columns, written by the
-    aggregation from arrepro.search.window: the one definition)."""
+    aggregation from arrepro.search.protocol.window: the one definition)."""
     return Window.from_dict({k[len("window_"):]: v for k, v in dict(row).items() if k.startswith("window_")})
 
 
@@ -239,7 +224,7 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
     """A's window of good learning rates is wider than each other model's, setting by setting:
     conclusively so where A's narrowest possible window (its good learning rates' span) exceeds
     the other's widest possible one (up to the nearest tried learning rates that are not good),
-    a model with no good learning rate having none (arrepro.search.wider)."""
+    a model with no good learning rate having none (arrepro.search.protocol.wider)."""
     ra = e.rows(a)
     if ra.empty:
         return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import defaults
+from .config.paths import REPO_ROOT
 
 CELL_ROOT = "results/cells"
 CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s{seed}"
@@ -28,7 +29,7 @@ CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s
 ZOO_PREFIX = "zoology_"
 
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 @functools.lru_cache(maxsize=None)

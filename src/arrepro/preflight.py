@@ -19,7 +19,7 @@ one or a few lines, and a damaged derived file is rebuilt instead of being used.
 * ``damaged_tables``: the derived tables against the checksum their writer stored beside them
   (``arrepro.files.write_table``), or, without one, against what their readers need; one that
   fails (truncated, edited) is rebuilt (``force_rebuild``), with what the targets need of it; so
-  are the learning-rate search's stale or damaged plans and decision files (``arrepro.plans``) and
+  are the learning-rate search's stale or damaged plans and decision files (``arrepro.search.plans``) and
   a ``results/NAME`` that is not the workflow's link (``foreign_links``);
 * ``stop_if_unwritable`` (the Snakefile's onstart, once the DAG is built): a folder a job about
   to run must write in and cannot, in one line (Snakemake would crash removing old outputs there).

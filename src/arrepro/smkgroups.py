@@ -59,7 +59,7 @@ def install() -> bool:
         return True
     if not snakemake.__version__.startswith(CHECKED) or not hasattr(DAG, "_update_group_components"):
         print(f"arrepro: Snakemake {snakemake.__version__} is not one the group-components workaround was checked "
-              "against (arrepro/smkgroups.py): bundles of Slurm jobs are as Snakemake forms them", file=sys.stderr)
+              f"against ({__spec__.name}): bundles of Slurm jobs are as Snakemake forms them", file=sys.stderr)
         return False
     DAG._update_group_components = _update_group_components
     return True

@@ -96,7 +96,7 @@ def copy_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
 
 def lr_window(best: pd.DataFrame) -> pd.DataFrame:
     """Beyond the paper: each model's window of good learning rates per setting, as its search
-    resolved it (arrepro.search.window, the one definition): the good learning rates' span, the
+    resolved it (arrepro.search.protocol.window, the one definition): the good learning rates' span, the
     range its true edges can lie in, its width in decades (at least / at most), and why an edge is
     open ("range": the search range stops it; "edge": nothing tried beyond). No window where no
     learning rate reaches the good mark; "not learned" where none reaches the learned threshold."""
@@ -142,7 +142,7 @@ def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric:
     elif kind == "copy":
         df, note = copy_table(best, models), f"Copy task, string exact match. {BASIS} LR: the best candidate."
     elif kind == "lr_window":
-        from .claims import GOOD
+        from .search.thresholds import GOOD
 
         df = lr_window(best)
         note = (f"{BASIS} LR: the best candidate. Good learning rates: mean accuracy over every seed at least {100 * GOOD:g}%; an edge lies between "

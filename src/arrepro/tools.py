@@ -45,7 +45,7 @@ def install_tex() -> bool:
     """Install Debian's TeX packages (root and apt-get only); True if TeX is there afterwards."""
     if not can_apt():
         return False
-    print(f"arrepro.tools: installing TeX for the paper: {TEX_INSTALL}", file=sys.stderr, flush=True)
+    print(f"{__spec__.name}: installing TeX for the paper: {TEX_INSTALL}", file=sys.stderr, flush=True)
     return apt_install(TEX_DEBIAN) is None and missing_tex() is None
 
 
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     if problem and "--install" in argv and install_tex():
         problem = None
     if problem:
-        print(f"arrepro.tools: {problem}", file=sys.stderr)
+        print(f"{__spec__.name}: {problem}", file=sys.stderr)
         return 1
     return 0
 

@@ -47,6 +47,7 @@ import torch
 from . import checkpoint, defaults, numerics
 from .cellfiles import CHECKPOINT, METRICS, RESULT, WEIGHTS, CellBusy, CellLock, metrics_text, seal
 from .checkpoint import CorruptCheckpoint
+from .config.paths import REPO_ROOT
 from .digest import file_digest, source_digest
 from .files import atomic_write, write_json_atomic, write_text_atomic
 from .catalogue import data_sources, train_sources
@@ -191,7 +192,7 @@ def fingerprint(spec: dict, data_dir: str | Path) -> str:
     bytes), and the code that trains the cell (``train_sources``: the files whose digest the train
     rule records, scripts/train_cell.py included) and that generated its data (``source_digest``:
     comments and docstrings do not count, code does)."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = REPO_ROOT
     data = {}
     for f in ("train.npz", "test.npz"):
         try:

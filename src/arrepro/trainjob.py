@@ -136,10 +136,10 @@ def main(argv=None) -> None:
         die_with_parent()
     log = JobLog(a.train_log)
     if a.server:
-        from . import trainserver
+        from .trainserver import run_via_server, why_not
 
-        why = trainserver.why_not(a.cell_json)
-        code = trainserver.run_via_server(argv, log) if why is None else None
+        why = why_not(a.cell_json)
+        code = run_via_server(argv, log) if why is None else None
         if code is not None:
             sys.exit(code)
         if why:

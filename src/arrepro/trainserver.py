@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .config.paths import PACKAGE_ROOT, REPO_ROOT
+
 ENV = "ARREPRO_TRAIN_SERVER"  # 0 (false, no, off): every job trains in its own process
 IDLE_ENV = "ARREPRO_TRAIN_SERVER_IDLE"  # seconds an idle server waits before it exits (tests: a few)
 IDLE_SECONDS = 120
@@ -55,9 +57,8 @@ def server_key() -> str:
     """What a server must share with a job to train its cell: the package's code (every .py file
     under it, and scripts/train_cell.py where it is at hand), the interpreter, and the import-time
     environment."""
-    pkg = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    files = sorted(pkg.rglob("*.py")) + [p for p in [pkg.parents[1] / "scripts" / "train_cell.py"] if p.exists()]
+    files = sorted(PACKAGE_ROOT.rglob("*.py")) + [p for p in [REPO_ROOT / "scripts" / "train_cell.py"] if p.exists()]
     for f in files:
         h.update(str(f).encode() + b"\0" + f.read_bytes() + b"\0")
     env = {k: v for k, v in sorted(os.environ.items()) if k in IMPORT_ENV or k.startswith("NUMBA_")}
@@ -126,7 +127,7 @@ def _start(key: str, log) -> socket.socket | None:
         if sock is not None:
             return sock
         with open(_side_file(key, "log"), "a") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "arrepro.trainserver", key], stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, "-m", __spec__.name, key], stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         log(f"started a training server (pid {proc.pid}; its log: {_side_file(key, 'log')})")
         deadline = time.monotonic() + START_SECONDS
@@ -197,7 +198,8 @@ def _warm_up() -> None:
     numerics.pin_environment()
     import torch
 
-    from . import train
+    from .catalogue import data_sources, train_sources
+    from .digest import source_digest
     from .models import LanguageModel, kernels
     from .models.registry import available_mixers
 
@@ -205,11 +207,11 @@ def _warm_up() -> None:
     for name, k in kernels.KERNELS.items():
         if k.device == "cpu":
             kernels._cpu_kernel(name, torch.float32)
-    repo = Path(train.__file__).resolve().parents[2]  # as train.fingerprint reads the sources (memoised)
-    train.source_digest(train.data_sources(repo), repo)
+    repo = REPO_ROOT  # as arrepro.train's fingerprint reads the sources (memoised)
+    source_digest(data_sources(repo), repo)
     for mixer in available_mixers():
         try:
-            train.source_digest(train.train_sources(mixer, repo), repo)
+            source_digest(train_sources(mixer, repo), repo)
             model = LanguageModel(vocab_size=16, d_model=16, n_layers=2, max_len=8, mixer=mixer)
             opt = model.configure_optimizer(lr=1e-3, weight_decay=0.1, fused=True)
             x = torch.randint(0, 16, (2, 8))
@@ -239,11 +241,12 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        from . import numerics, trainjob
+        from . import numerics
+        from .trainjob import train_here
 
         numerics.pin_environment()  # the pins, as in the server (whose torch read them)
         sys.argv = ["train_cell.py", *request["argv"]]
-        code = trainjob.train_here(request["argv"])
+        code = train_here(request["argv"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - a child must never return into the server's loop

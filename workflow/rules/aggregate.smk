@@ -8,7 +8,7 @@ rule aggregate:
         best=GRID.table("{exp}", "best"),
     input:
         # the last plan of each group the experiment's searches run in, and every cell they trained
-        plans=lambda wc: [lr_rounds.plan_path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.experiment_groups(wc.exp)],
+        plans=lambda wc: [Plan.path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.experiment_groups(wc.exp)],
         results=lambda wc: cell_results(searched_cells(wc.exp)),
     params:
         code=script_code("scripts/aggregate.py"),
@@ -51,7 +51,7 @@ rule protocol_check:
         md=f"{OUT}/tables/protocol_check.md",
     input:
         reports=[s.report_path(OUT) for s in SEARCHES.searches.values()],
-        grid=lambda wc: cell_results(lr_rounds.Searches(GRID, "grid").round0_cells()),
+        grid=lambda wc: cell_results(Searches(GRID, "grid").round0_cells()),
     params:
         code=script_code("scripts/protocol_check.py"),
     log:

@@ -8,7 +8,8 @@ from snakemake.exceptions import WorkflowError
 
 from arrepro.cluster import packs
 from arrepro.config import costs  # wall time, memory and group of a cell
-from arrepro import rounds as lr_rounds
+from arrepro.search.plans import Plan
+from arrepro.search.rounds import Searches, round_cells, search_cells
 from arrepro import blocks as mamba_blocks
 from arrepro import runfile
 from arrepro.digest import record_planned, source_digest
@@ -22,9 +23,9 @@ try:
 except (ConfigError, KeyError) as err:
     raise WorkflowError(config_error(err, COMMAND_LINE))
 
-# the learning-rate searches (src/arrepro/rounds.py): what every grid trains, round by round
+# the learning-rate searches (src/arrepro/search/rounds.py): what every grid trains, round by round
 try:
-    SEARCHES = lr_rounds.Searches(GRID)
+    SEARCHES = Searches(GRID)
 except (ConfigError, KeyError) as err:
     raise WorkflowError(config_error(err, COMMAND_LINE))
 
@@ -74,14 +75,14 @@ def missing_cell_files():
     plans, cells = {}, {}
     for e in built:
         for _, s in SEARCHES.of_experiment(e):
-            path = lr_rounds.plan_path(OUT, s.group, SEARCHES.final_round(s.group))
+            path = Plan.path(OUT, s.group, SEARCHES.final_round(s.group))
             if path not in plans:
                 try:
-                    plans[path] = lr_rounds.read_plan(path) if os.path.exists(path) else None
+                    plans[path] = Plan.read(path) if os.path.exists(path) else None
                 except UnreadableFile:
                     plans[path] = None
-            if plans[path] is not None and s.key in plans[path]["searches"]:
-                cells.update(dict.fromkeys(lr_rounds.search_cells(s, lr_rounds.plan_rounds(plans[path], s.key))))
+            if plans[path] is not None and s.key in plans[path].searches:
+                cells.update(dict.fromkeys(search_cells(s, plans[path].rounds(s.key))))
     files = (f"{c.path}/{name}" for c in cells for name in ("result.json", "metrics.jsonl"))
     return [f for f in files if not os.path.exists(f)]
 
@@ -109,16 +110,16 @@ def plan_of(group, r):
     """The plan of a group's round r (None: round 0, from the config); waits for its checkpoint."""
     if int(r) == 0:
         return None
-    return lr_rounds.read_plan(checkpoints.search_round.get(group=group, round=str(r)).output.plan)
+    return Plan.read(checkpoints.search_round.get(group=group, round=str(r)).output.plan)
 
 
 def search_round_inputs(wc):
     """A round's inputs: the plan of the round before and the results of every cell so far."""
     r = int(wc.round)
     previous = plan_of(wc.group, r - 1)
-    inputs = {"results": cell_results(lr_rounds.round_cells(SEARCHES, wc.group, previous))}
+    inputs = {"results": cell_results(round_cells(SEARCHES, wc.group, previous))}
     if r > 1:
-        inputs["previous"] = lr_rounds.plan_path(OUT, wc.group, r - 1)
+        inputs["previous"] = Plan.path(OUT, wc.group, r - 1)
     return inputs
 
 
@@ -129,10 +130,7 @@ def final_plans(groups):
 
 def searched_cells(exp):
     """The cells of an experiment's searches, every round's, from its groups' last plans."""
-    plans = final_plans(SEARCHES.experiment_groups(exp))
-    rounds = (lr_rounds.plan_rounds(plans[s.group], s.key) for _, s in SEARCHES.of_experiment(exp))
-    return list(dict.fromkeys(c for (_, s), r in zip(SEARCHES.of_experiment(exp), rounds)
-                              for c in lr_rounds.search_cells(s, r)))
+    return SEARCHES.experiment_cells(exp, final_plans(SEARCHES.experiment_groups(exp)))
 
 
 def experiment_series(exp):

@@ -3,14 +3,14 @@
 # this folder (named, with its pid), the scale's datasets against the checksums recorded beside
 # them (a damaged one is regenerated), its derived tables against their writer's checksum, the
 # learning-rate search's plans and decision files against their seals and what they were made
-# from (src/arrepro/plans.py), and results/NAME links (each damaged, stale or foreign one is
+# from (src/arrepro/search/plans.py), and results/NAME links (each damaged, stale or foreign one is
 # rebuilt: its job is forced). No rules here.
-from arrepro import plans as lr_plans  # noqa: E402
+from arrepro.search.plans import damaged_reports, stale_plans  # noqa: E402
 from arrepro import preflight  # noqa: E402
 
 preflight.before_dag(workflow, GRID.tasks, [t for e in EXPERIMENTS for t in GRID.tables(e)] + [GRID.cells_table],
-                     rebuild=lambda: {**lr_plans.stale_plans(SEARCHES, OUT, script_code("scripts/search_round.py")),
-                                      **lr_plans.damaged_reports(s.report_path(OUT) for s in SEARCHES.searches.values()),
+                     rebuild=lambda: {**stale_plans(SEARCHES, OUT, script_code("scripts/search_round.py")),
+                                      **damaged_reports(s.report_path(OUT) for s in SEARCHES.searches.values()),
                                       **preflight.foreign_links(CURRENT)})
 
 

@@ -1,4 +1,4 @@
-# Stage 2b: the learning-rate search (src/arrepro/search.py: the protocol; src/arrepro/rounds.py:
+# Stage 2b: the learning-rate search (src/arrepro/search/protocol.py: the protocol; src/arrepro/search/rounds.py:
 # its rounds as files). Round 0 of every search is known from the config; round r >= 1 of a group
 # of settings of similar cost is decided by ONE checkpoint job from the results of the group's
 # earlier cells, and Snakemake then plans the round's cells. The group's last round adds no cell:
@@ -35,7 +35,7 @@ rule search_reports:
     output:
         [s.report_path(OUT) for s in SEARCHES.searches.values()],
     input:
-        plans=lambda wc: [lr_rounds.plan_path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.groups],
+        plans=lambda wc: [Plan.path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.groups],
     params:
         code=script_code("scripts/search_round.py"),
         searches={g: SEARCHES.params(g) for g in SEARCHES.groups},

@@ -13,7 +13,7 @@ from ..config.costs import (CELL_FILE_BYTES, CHECKPOINT_BYTES_PER_PARAMETER, EPO
                             group_components, mem_mb, parameters, runtime_min, setting_spec, sharing)
 from ..catalogue import ROOT
 from ..config.checks import load_grid
-from ..rounds import Searches, search_cells, start_round
+from ..search.rounds import Searches, search_cells, start_round
 from .packs import packs
 
 
@@ -69,7 +69,7 @@ def search_kind(spec) -> str:
 
 
 def protocol_plan(grid, cells_per_gpu: int = 1, protocol: str | None = None) -> dict:
-    """The learning-rate protocol's cost (arrepro.rounds): round 0 (its cells are known: the
+    """The learning-rate protocol's cost (arrepro.search.rounds): round 0 (its cells are known: the
     train jobs and hours of ``plan``) and the most the searches' round budgets allow (every
     search spends its whole budget; a cell's estimate does not depend on its learning rate or
     seed), with a breakdown by search kind; and the fixed grid's (lr_protocol: grid) for

@@ -41,7 +41,7 @@ arrived), and each round records its reason.
 A fixed grid is the special case ``rounds = 0`` with every seed a search seed: every learning
 rate on every seed, the best mean reported. This module is pure Python (no project imports, no
 torch, no pandas): the thresholds it uses (``learned``, ``good``) come in the spec, from
-``arrepro.claims``. It is also the one definition of a setting's learning-rate window
+``arrepro.search.thresholds``. It is also the one definition of a setting's learning-rate window
 (``window``), which the tables, the claims and the paper use.
 """
 from __future__ import annotations
@@ -99,7 +99,7 @@ class SearchSpec:
     ladder: tuple[tuple[int, int], ...]  # ((seeds, take), ...): successive halving over seeds
     budget: int  # cells at most (0: base_cells)
     plateau: float  # two or more learning rates at or above this: a plateau (the peak is not refined)
-    learned: float  # no cell of any seed reaching this: nothing learned (from arrepro.claims)
+    learned: float  # no cell of any seed reaching this: nothing learned (arrepro.search.thresholds)
     good: float  # a learning rate is in the good window when its mean reaches this
 
     def __post_init__(self):

@@ -8,9 +8,10 @@ Pure apart from reading cells and search files; no pandas needed beyond the tabl
 """
 from __future__ import annotations
 
-from .grid import Setting
+from ..cellfiles import RESULT
+from ..grid import Setting
+from .protocol import means
 from .rounds import Searches, read_accuracy
-from .search import means
 
 
 def _stat(results: dict, lrs, seeds) -> tuple[float, float, float]:
@@ -38,7 +39,7 @@ def compare(grid, reports: dict[str, dict]) -> list[dict]:
         accs = [results[(chosen, s)] or 0.0 for s in seeds]
         for fixed in by_setting.get((setting, metric), []):
             lrs = fixed.spec.start
-            cells = {(lr, s): read_accuracy(f"{setting.cell(lr, s).path}/result.json", metric) for lr in lrs for s in seeds}
+            cells = {(lr, s): read_accuracy(f"{setting.cell(lr, s).path}/{RESULT}", metric) for lr in lrs for s in seeds}
             g, g_lr, g_spread = _stat(cells, lrs, seeds)
             rows.append({"task": setting.task, "model": setting.model, "width": setting.width, "layers": setting.layers,
                          "search": points[chosen], "search_lr": chosen, "search_spread": max(accs) - min(accs),

@@ -3,7 +3,7 @@
 Every grid of an experiment either names a search (``search: NAME``, a key of config.yaml's
 ``lr_searches``) or is a fixed grid (its ``lrs`` on every seed). ``lr_protocol: grid`` (the
 literal reading of the paper's A.2) turns every grid into its fixed grid. A *setting* is (task,
-model, width, layers, recipe); each setting a grid covers gets a search (``arrepro.search``), its
+model, width, layers, recipe); each setting a grid covers gets a search (``arrepro.search.protocol``), its
 spec resolved from the config. A setting that several grids search with the same start grid,
 range and resolution is searched ONCE, with the most demanding of their specs: the most search
 seeds, the window resolved if any asks for it, the most rounds (a best-over-LR figure then
@@ -30,11 +30,13 @@ import functools
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from .config.costs import GROUP_TIERS, group, setting_spec
-from .grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
-from .search import Round, SearchSpec, State, cells_of, decide, state_window
+from ..cellfiles import RESULT, read_result
+from ..config.costs import GROUP_TIERS, group, setting_spec
+from ..grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
+from .plans import Plan, write_report
+from .protocol import Round, SearchSpec, State, cells_of, decide, state_window
+from .thresholds import GOOD, chance_level, learned_threshold
 
 PROTOCOLS = ("search", "grid")
 SEARCH_DEFAULTS = schema_defaults("search")  # an lr_searches entry's defaults: the config schema's
@@ -108,17 +110,15 @@ class Searches:
         return _cached_spec(self, json.dumps(g, sort_keys=True, default=str), setting, metric, where)
 
     def _spec_uncached(self, g: dict, setting: Setting, metric: str, where: str) -> SearchSpec:
-        from . import claims  # (pandas: not needed by the round jobs, which import this module)
-
         cfg = self.grid.config
         seeds = tuple(int(s) for s in g["seeds"])
         task = self.grid.tasks[setting.task]
-        chance = claims.chance_level(task, metric)
-        learned = claims.learned_threshold(chance)
+        chance = chance_level(task, metric)
+        learned = learned_threshold(chance)
         lrs = self.grid.lrs(g, where)
         name = g.get("search") if self.protocol == "search" else None
         if name is None:  # a fixed grid: every learning rate on every seed
-            return search_spec({"rounds": 0, "search_seeds": "all"}, lrs, seeds, learned, claims.GOOD)
+            return search_spec({"rounds": 0, "search_seeds": "all"}, lrs, seeds, learned, GOOD)
         key = f"lr_searches.{name}"
         if name not in cfg.get("lr_searches", {}):
             raise ConfigError(f"{where}.search: unknown search {name!r}; known: {sorted(cfg.get('lr_searches', {}))}")
@@ -132,7 +132,7 @@ class Searches:
         if unknown:
             raise ConfigError(f"{key}.tier_budget: unknown cost tier(s) {unknown}; known: {tiers}")
         try:
-            return search_spec(d, start, seeds, learned, claims.GOOD, self._tier(setting))
+            return search_spec(d, start, seeds, learned, GOOD, self._tier(setting))
         except ValueError as err:
             raise ConfigError(f"{key}: {err} (used by {where})") from None
 
@@ -149,6 +149,12 @@ class Searches:
 
     def experiment_groups(self, exp: str) -> list[str]:
         return sorted({s.group for _, s in self.of_experiment(exp)})
+
+    def experiment_cells(self, exp: str, plans: dict[str, Plan]) -> list[Cell]:
+        """The cells of an experiment's searches, every round's, from the last plan of each of its
+        groups (``plans``: group -> Plan)."""
+        return list(dict.fromkeys(c for _, s in self.of_experiment(exp)
+                                  for c in search_cells(s, plans[s.group].rounds(s.key))))
 
     def final_round(self, group: str) -> int:
         """The round whose plan adds no cell to any search of the group: start, every round a
@@ -259,26 +265,11 @@ def search_cells(search: Search, rounds: list[Round]) -> list[Cell]:
     return [search.setting.cell(lr, s) for lr, s in cells_of(rounds)]
 
 
-def plan_path(out: str, group: str, r: int) -> str:
-    return f"{out}/searches/rounds/{group}/round{r}.json"
-
-
-def read_plan(path) -> dict:
-    """A round's plan, checked (arrepro.plans: its seal)."""
-    from .plans import read_plan as read_sealed_plan
-
-    return read_sealed_plan(path)
-
-
-def plan_rounds(plan: dict, key: str) -> list[Round]:
-    return [Round.from_dict(d) for d in plan["searches"][key]["rounds"]]
-
-
-def round_cells(searches: Searches, group: str, plan: dict | None) -> list[Cell]:
+def round_cells(searches: Searches, group: str, plan: Plan | None) -> list[Cell]:
     """Every cell the group's searches have planned so far (plan None: round 0 only)."""
     out = []
     for s in searches.groups[group]:
-        rounds = [start_round(s)] if plan is None else plan_rounds(plan, s.key)
+        rounds = [start_round(s)] if plan is None else plan.rounds(s.key)
         out += search_cells(s, rounds)
     return list(dict.fromkeys(out))
 
@@ -287,8 +278,6 @@ def read_accuracy(result_path, metric: str) -> float | None:
     """A finished cell's number for the search: ``metric`` from its result.json (checked against
     its seal and its metrics.jsonl: a decision never rests on an edited result); None if it
     diverged or the number is not finite (a result, not an error)."""
-    from .cellfiles import read_result
-
     r = read_result(result_path)
     if metric not in r:
         raise ValueError(f"{result_path}: no {metric!r} in the result")
@@ -298,11 +287,11 @@ def read_accuracy(result_path, metric: str) -> float | None:
     return float(v)
 
 
-def run_round(searches_json: str, group: str, r: int, previous: dict | None, out_path, log=print,
-              made_from: dict | None = None) -> dict:
+def run_round(searches_json: str, group: str, r: int, previous: Plan | None, out_path, log=print,
+              made_from: dict | None = None) -> Plan:
     """Decide round ``r`` of a group from the plan of round r-1 (None: round 0, from the config)
     and the results of its cells; write and return the new plan (sealed, with ``made_from``:
-    arrepro.plans). Pure apart from reading the cells' result files: the same results give the
+    arrepro.search.plans). Pure apart from reading the cells' result files: the same results give the
     same plan."""
     defs = json.loads(searches_json)
     plan = {"group": group, "round": r, "searches": {}}
@@ -311,11 +300,11 @@ def run_round(searches_json: str, group: str, r: int, previous: dict | None, out
     for key, d in sorted(defs.items()):
         spec, metric = SearchSpec.from_dict(d["spec"]), d["metric"]
         setting = Setting(**d["setting"])
-        if previous is None or key not in previous["searches"]:
+        if previous is None or key not in previous.searches:
             rounds = [decide(spec, [], {})[0]]  # round 0 (a search new to the config starts now)
         else:
-            rounds = plan_rounds(previous, key)
-        results = {(lr, s): read_accuracy(f"{setting.cell(lr, s).path}/result.json", metric)
+            rounds = previous.rounds(key)
+        results = {(lr, s): read_accuracy(f"{setting.cell(lr, s).path}/{RESULT}", metric)
                    for lr, s in cells_of(rounds)}
         nxt, state = decide(spec, rounds, results)
         if nxt is not None:
@@ -327,17 +316,14 @@ def run_round(searches_json: str, group: str, r: int, previous: dict | None, out
     plan["summary"] = {"searches": len(defs), "phases": counts, "new_cells": new_cells}
     log(f"group {group}, round {r}: {len(defs)} searches ({', '.join(f'{n} {p}' for p, n in sorted(counts.items()))}); "
         f"{new_cells} new cells")
-    from .plans import write_plan
-
-    write_plan(out_path, plan, made_from)
-    return plan
+    return Plan(plan).write(out_path, made_from)
 
 
 def state_dict(state: State, spec: SearchSpec, results: dict) -> dict:
     """A search's state as its plan stores it: the chosen learning rate and its outcome, the
     candidates' means over every reported seed (``points``), every learning rate's seeds and
     mean so far (``scores``: [lr, seeds, mean]), the contenders left, the cells' accuracies and
-    the window (arrepro.search.state_window)."""
+    the window (arrepro.search.protocol.state_window)."""
     w = state_window(spec, state) if state.points else None
     return {"phase": state.phase, "chosen_lr": None if math.isnan(state.chosen) else state.chosen,
             "outcome": state.outcome, "why": state.why, "points": [[lr, m] for lr, m in sorted(state.points.items())],
@@ -355,19 +341,17 @@ def window_dict(w) -> dict:
             "unknown": w.unknown, "text": w.text()}
 
 
-def write_reports(plans: list[dict], paths: list[str]) -> None:
+def write_reports(plans: list[Plan], paths: list[str]) -> None:
     """One file per search (``paths``: ``.../searches/<search key>.json``, one per search of the
     plans): its setting, spec, every round (learning rates, seeds, accuracies, reason) and its
     state (outcome, chosen learning rate, window)."""
-    from .plans import write_report
-
     by_key = {p.split("/searches/", 1)[1].removesuffix(".json"): p for p in paths}
     for plan in plans:
-        for key, entry in plan["searches"].items():
+        for key, entry in plan.searches.items():
             acc = {(lr, seed): a for lr, seed, a in entry["state"]["results"]}
             rounds = [{**rd, "accuracies": [[lr, seed, acc.get((lr, seed))] for lr, seed in rd["cells"]]}
                       for rd in entry["rounds"]]
-            write_report(by_key.pop(key), {"search": key, "group": plan["group"], **entry, "rounds": rounds})
+            write_report(by_key.pop(key), {"search": key, "group": plan.data["group"], **entry, "rounds": rounds})
     if by_key:
         raise ValueError(f"no plan has the search(es) {sorted(by_key)}")
 
