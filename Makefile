@@ -28,7 +28,7 @@ demo: setup
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
 
 # The learning-rate protocol checked on the scale's real cells: the literal grid (lr_protocol: grid)
-# trained beside the search, its statistic beside the search's, setting by setting (README).
+# trained beside the search, its statistic beside the search's, setting by setting (docs/protocol.md).
 protocol-check: setup
 	snakemake --cores $(CORES) --rerun-incomplete results/$(SCALE)/tables/protocol_check.csv --config scale=$(SCALE)
 	cat results/$(SCALE)/tables/protocol_check.md

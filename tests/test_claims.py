@@ -275,3 +275,12 @@ def test_pe():
 def test_every_claim_is_tested_here():
     src = open(__file__).read()
     assert all(f'"{cid}"' in src for cid, *_ in C.CLAIMS)
+
+
+def test_a_verdict_on_fewer_than_three_seeds_is_inconclusive():
+    """The project's rule: never trust a verdict that rests on one seed."""
+    e = results([one("attention", 0.26), one("mamba", 0.93)])
+    assert C.judge({"fig3": e})[0]["verdict"] == "consistent"
+    e.best["n_seeds"] = 1
+    row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
+    assert row["verdict"] == "inconclusive" and "fewer than 3" in row["compared"]

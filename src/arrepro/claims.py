@@ -41,6 +41,7 @@ from .search.thresholds import GOOD, LEARNED_MARGIN, learned_threshold
 from .tex import acc, points
 
 MIN_DIFF = 0.10        # a difference smaller than this is never conclusive (one seed: the only bar)
+MIN_SEEDS = 3          # a verdict resting on fewer seeds is inconclusive, whatever the numbers
 PARAM_RATIO = 1.5      # "the same parameter count": within this factor of each other
 SETTING = ["task", "width", "layers"]
 ATTENTION_MIXERS = {"attention", "based"}
@@ -425,6 +426,10 @@ def judge(results: dict) -> list[dict]:
             continue
         j = fn(e)
         if j is not None:
+            seeds = int(e.best["n_seeds"].min()) if "n_seeds" in e.best.columns else MIN_SEEDS
+            if seeds < MIN_SEEDS and j.verdict != INCONCLUSIVE:  # one seed's word is no verdict
+                j = Judgement(INCONCLUSIVE, f"{j.compared} (on {seeds} seed{'s' if seeds != 1 else ''}, fewer than "
+                                            f"{MIN_SEEDS}: no verdict)")
             rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared})
     return rows
 
@@ -442,5 +447,5 @@ def rules_text() -> str:
             f"edges known to lie between the outermost good learning rate tried and the next one tried) is wider "
             f"than another when its narrowest possible span exceeds the other's widest possible one, setting by "
             f"setting; no good learning rate, no window. Equal parameter counts: within a "
-            f"factor {PARAM_RATIO:g}.")
+            f"factor {PARAM_RATIO:g}. A verdict resting on fewer than {MIN_SEEDS} seeds is inconclusive.")
 

@@ -7,7 +7,7 @@ pre-norm -> MLP -> residual] -> final norm -> tied LM head. ``mlp=False`` drops 
 Weights start at N(0, INIT_STD) (GPT-2's and Zoology's 0.02). The sinusoidal table is scaled to
 the same RMS as the token embeddings it is added to: at the textbook amplitude 1 it is 50x larger
 than them and swamps the tokens (a 1-layer Mamba on the demo's MQAR then ends at 0.012, under
-chance; scaled, at 0.240: at chance, where the other schemes reach 0.88-0.93; README, Table 4).
+chance; scaled, at 0.240: at chance, where the other schemes reach 0.88-0.93; docs/demo.md, Table 4).
 """
 from __future__ import annotations
 

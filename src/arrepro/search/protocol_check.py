@@ -1,7 +1,7 @@
 """The learning-rate protocol checked on real cells: for each setting a scale searches, the literal
 grid's statistic (``lr_protocol: grid``: each grid's ``lrs`` on every seed, the best mean) beside
 the search's (the best candidate's mean over every seed), with the cells each spent and the seed
-spread that a difference must exceed to mean anything (``make protocol-check``; the README quotes
+spread that a difference must exceed to mean anything (``make protocol-check``; docs/protocol.md quotes
 the demo's table).
 
 Pure apart from reading cells and search files; no pandas needed beyond the table it writes.
@@ -51,7 +51,7 @@ def compare(grid, reports: dict[str, dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict], task_names: dict | None = None) -> str:
-    """The table as the README quotes it."""
+    """The table as docs/protocol.md quotes it."""
     head = ("| setting | search: statistic (lr, cells) | literal grid: statistic (lr, cells) | difference | "
             "within the seed spread |\n|---|---|---|---|---|")
     lines = [head]
