@@ -5,11 +5,13 @@ Snakefile imports it).
 by ``ast.unparse`` with every docstring removed: comments, docstrings, blank lines and
 formatting do not change it; any change to a statement, name or literal does. The statements are
 hashed as a set keyed by what they define (a function, a class, an assigned name; any other
-statement by its text), not by file or position, and imports from this package are left out (a
-name they bind is defined in the set): so moving a function from one of the files to another, or
-splitting a module into two that are both in the list, changes nothing, while editing it does.
-Where two files define one name differently, both are kept, each with its file: an import then
-decides which one runs, so moving either is a change. A file that is not Python is hashed byte
+statement by its text), not by file or position, and imports from this package are left out,
+at the top of a file or inside a function (a name they bind is defined in the set): so moving a
+function from one of the files to another, splitting a module into two that are both in the
+list, or moving a module to another package changes nothing, while editing it does.
+Where two files define one name differently, both are kept, each with its file (known by what
+it defines, not by its path): an import then decides which one runs, so moving either definition
+to another file is a change, while moving or renaming a whole file is not. A file that is not Python is hashed byte
 for byte, with its name. Workflow rules record these digests as params (so a comment edit or a
 refactor reruns nothing, and a code edit reruns exactly the jobs whose sources changed), and a
 training checkpoint is resumed only if its digest matches.
@@ -46,6 +48,20 @@ def _strip_docstrings(tree: ast.Module) -> ast.Module:
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                     and isinstance(body[0].value.value, str):
                 node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _strip_inner_imports(tree: ast.Module) -> ast.Module:
+    """Imports of this package inside functions, classes and blocks left out, as at the top: how
+    a function reaches a module of the package (``from . import x``, ``from arrepro.y import x``)
+    says where code lives, not what it does."""
+    for node in _all_statements(tree):
+        if node is tree:
+            continue
+        for field in BLOCKS:
+            body = getattr(node, field, None)
+            if body and any(_internal_import(s) for s in body):
+                setattr(node, field, [s for s in body if not _internal_import(s)] or [ast.Pass()])
     return tree
 
 
@@ -97,7 +113,7 @@ def _read(path: str | Path) -> tuple[list[tuple[str, str]], tuple]:
         if tree is not None:
             found = _imports(tree)
             out, seen = [], {}
-            for node in _strip_docstrings(tree).body:
+            for node in _strip_inner_imports(_strip_docstrings(tree)).body:
                 if _internal_import(node) or isinstance(node, ast.Pass):
                     continue
                 text = ast.unparse(node)
@@ -149,13 +165,16 @@ def source_digest(paths, root: str | Path = ".") -> str:
     entries: dict[str, set[str]] = {}
     by_file: list[tuple[str, str, str]] = []
     for p in paths:
-        for key, text in _cached(Path(root) / p):
+        found = _cached(Path(root) / p)
+        file_id = hashlib.sha1("\0".join(sorted(f"{k}\0{x}" for k, x in found)).encode()).hexdigest()
+        for key, text in found:
             entries.setdefault(key, set()).add(text)
-            by_file.append((key, text, str(p)))
+            by_file.append((key, text, file_id))
     # a name defined differently in two places: keep each with its file (which one runs is decided
-    # by an import, which is not in the digest)
-    final = sorted(f"{key}\0{text}\0" + (f"{path}\0" if len(entries[key]) > 1 else "")
-                   for key, text, path in by_file)
+    # by an import, which is not in the digest), the file known by what it defines, not by where
+    # it lives (a module that moves is the same file; a definition moved between the two is not)
+    final = sorted(f"{key}\0{text}\0" + (f"{file_id}\0" if len(entries[key]) > 1 else "")
+                   for key, text, file_id in by_file)
     h = hashlib.sha1()
     for line in dict.fromkeys(final):  # the same statement twice (a shared constant) counts once
         h.update(line.encode())

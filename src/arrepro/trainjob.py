@@ -114,7 +114,7 @@ def check_code(spec: dict) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description="Train one cell of the grid (see arrepro.trainjob).")
+    ap = argparse.ArgumentParser(prog=PROG, description=f"Train one cell of the grid (see {__spec__.name}).")
     ap.add_argument("--cell-json", required=True, help="the resolved cell spec (the train rule's param)")
     ap.add_argument("--data", required=True, help="folder with the task's train.npz and test.npz")
     ap.add_argument("--out", required=True, help="the cell's folder")
@@ -125,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--run-file", default=None,
                     help="the Snakemake run's file: whether it forces this cell, whether to keep its weights")
     ap.add_argument("--server", action="store_true",
-                    help="train in a child of the training server (one start-up for many CPU cells; arrepro.trainserver)")
+                    help="train in a child of the training server (one start-up for many CPU cells)")
     return ap
 
 
