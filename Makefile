@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 # Every external program the demo needs (TeX for the paper) is checked first: installed with
 # apt-get as root, else the command that installs it is printed and nothing runs.
 demo: setup
-	$(PY) -m arrepro.tools --install
+	$(PY) -m arrepro.cluster.tools --install
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
 
 # The learning-rate protocol checked on the scale's real cells: the literal grid (lr_protocol: grid)
@@ -64,7 +64,7 @@ kernels-cpu: $(KVENV)/.installed
 
 # The first command on a GPU node: sets up the train env (.venv-gpu, envs/gpu-env.sh), runs the
 # kernel-vs-portable tests on the GPU (a mismatch stops here), then trains one short cell of every
-# model family and prints family, path used, tokens/s, MFU, peak memory (arrepro.gpucheck).
+# model family and prints family, path used, tokens/s, MFU, peak memory (arrepro.cluster.gpucheck).
 # GPU_CHECK_ARGS passes options, e.g. GPU_CHECK_ARGS="--precision fp32 --require-kernels".
 GVENV := .venv-gpu
 GPU_CHECK_ARGS ?=

@@ -16,10 +16,10 @@ min_version("9.0")
 ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
 
-from arrepro import smkgroups  # noqa: E402
+from arrepro.cluster import smkgroups  # noqa: E402
 from arrepro.config.checks import check_lr_lists  # noqa: E402
-from arrepro.grid import ConfigError  # noqa: E402
-from arrepro.preflight import (ConfigFileError, check_config_file, command_line_config, config_error,  # noqa: E402
+from arrepro.config.grid import ConfigError  # noqa: E402
+from arrepro.cluster.preflight import (ConfigFileError, check_config_file, command_line_config, config_error,  # noqa: E402
                                config_problem, share_package)
 
 # Before Snakemake reads config.yaml: its size, YAML aliases that would expand without end, and
@@ -87,7 +87,7 @@ rule all:
 # conda deployment, envs/paper.yaml brings tectonic.) `make demo` installs it where it can.
 onstart:
     from snakemake_interface_executor_plugins.settings import DeploymentMethod
-    from arrepro.tools import missing_tex
+    from arrepro.cluster.tools import missing_tex
 
     if DeploymentMethod.CONDA not in workflow.deployment_settings.deployment_method and any(
         job.rule.name == "paper" for job in workflow.dag.needrun_jobs()

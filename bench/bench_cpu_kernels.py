@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Benchmark of the fused CPU kernels against the portable paths (not a test), under the pinned
-CPU numerics of a training cell (one thread, oneDNN off; arrepro.numerics).
+CPU numerics of a training cell (one thread, oneDNN off; arrepro.train.numerics).
 
 For every mixer with a fused CPU path (``cpu_kernel_name``; built with the mixer_kwargs of the
 first config.yaml model that uses it), at the CPU demo's shape (batch 32, length 32, width 32 by
@@ -24,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from arrepro import defaults, numerics  # noqa: E402
+from arrepro.config import defaults
+from arrepro.train import numerics  # noqa: E402
 
 numerics.pin_environment()  # before torch's import, as a training cell
 

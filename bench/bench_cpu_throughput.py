@@ -10,7 +10,7 @@ twice, alternating setting by setting:
   process per cell;
 * the new path: the train rule's command of this working tree (`train_cell.py --server`, a copy
   taken at the start): the
-  cells train in children of one training server (arrepro.trainserver), started here and
+  cells train in children of one training server (arrepro.train.server), started here and
   counted here, its start-up and warm-up included.
 CPU time is measured by the operating system (getrusage of this script's children: the cells'
 processes, the server and its children), so the machine's other load counts only as it slows
@@ -40,7 +40,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from arrepro import trainserver  # noqa: E402
+from arrepro.train import server  # noqa: E402
 from arrepro.config.checks import load_grid  # noqa: E402
 from arrepro.data import save_task  # noqa: E402
 
@@ -129,9 +129,9 @@ def main() -> None:
         spec0 = grid.cell_spec(task, settings[0][0], settings[0][1], settings[0][2], recipe, a.lr, 0)
         save_task(spec0["task_def"], tmp / "data")
         # the new path: a server of its own (its key: this tree, this idle time), started, waited for and ended here
-        new_env = {**os.environ, "PYTHONPATH": str(new / "src"), trainserver.IDLE_ENV: "3600"}
-        new_env.pop(trainserver.ENV, None)
-        key = subprocess.run([sys.executable, "-c", "from arrepro import trainserver; print(trainserver.server_key())"],
+        new_env = {**os.environ, "PYTHONPATH": str(new / "src"), server.IDLE_ENV: "3600"}
+        new_env.pop(server.ENV, None)
+        key = subprocess.run([sys.executable, "-c", "from arrepro.train import server; print(server.server_key())"],
                              env=new_env, capture_output=True, text=True, check=True).stdout.strip()
         # not counted: compile (or load) each tree's numba kernels once, as a first demo cell would
         warm = tmp / "warm"
@@ -140,14 +140,14 @@ def main() -> None:
             cell = {**cell, "recipe_def": {**cell["recipe_def"], "epochs": 1}}
             save_task({**cell["task_def"], "n_train": 32, "n_test": 32}, warm / "data")
             run(command(base, cell, warm / "data", warm / f"cell{i}", server=False), env, warm / f"cell{i}")
-        subprocess.run([sys.executable, "-c", "from arrepro import trainserver; trainserver._warm_up()"], env=new_env,
+        subprocess.run([sys.executable, "-c", "from arrepro.train import server; server._warm_up()"], env=new_env,
                        check=True, stdout=subprocess.DEVNULL)
         t0, cpu0 = time.monotonic(), children_cpu()
-        server = subprocess.Popen([sys.executable, "-m", "arrepro.trainserver", key], env=new_env, cwd=new,
+        proc = subprocess.Popen([sys.executable, "-m", "arrepro.train.server", key], env=new_env, cwd=new,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        while (sock := trainserver._connect(key)) is None:  # listening once warmed up
-            if server.poll() is not None:
-                sys.exit(f"the training server exited with status {server.returncode}")
+        while (sock := server._connect(key)) is None:  # listening once warmed up
+            if proc.poll() is not None:
+                sys.exit(f"the training server exited with status {proc.returncode}")
             time.sleep(0.1)
         sock.close()
         rows, served, clients = [], 0.0, 0.0
@@ -162,8 +162,8 @@ def main() -> None:
             rows.append((f"{model} {width}x{layers}", old, child + client))
             print(f"{rows[-1][0]:28} today {old:7.1f} CPU-s   new {child + client:7.1f} CPU-s   ratio {old / (child + client):.2f}",
                   flush=True)
-        server.terminate()  # idle: its CPU (start-up, warm-up, children) is counted once it is waited for
-        server.wait(timeout=60)
+        proc.terminate()  # idle: its CPU (start-up, warm-up, children) is counted once it is waited for
+        proc.wait(timeout=60)
         total_cpu = children_cpu() - cpu0
         old_total = sum(r[1] for r in rows)
         new_total = total_cpu - old_total  # the server with its children, and the clients

@@ -31,7 +31,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from arrepro import defaults  # noqa: E402
+from arrepro.config import defaults  # noqa: E402
 from arrepro.models import LanguageModel, available_mixers, get_mixer  # noqa: E402
 from arrepro.models.backbone import constructor_kwargs  # noqa: E402
 

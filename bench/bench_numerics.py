@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The cost of pinned CPU numerics (arrepro.numerics), a benchmark (not a test).
+"""The cost of pinned CPU numerics (arrepro.train.numerics), a benchmark (not a test).
 
 Trains demo-sized models (task L32 of the demo: vocabulary 128, length 32; batch 32; 1 thread
 either way) for --steps steps in fresh processes, pinned (pin_environment before torch's import,
@@ -34,7 +34,7 @@ if pinned:
     numerics.settle()
 else:
     torch.set_num_threads(1)
-from arrepro.train import build_model
+from arrepro.train.loop import build_model
 models = yaml.safe_load(open(os.path.join(sys.argv[6], "config.yaml")))["models"]
 spec = {"width": width, "layers": layers, "model_def": models[mixer], "recipe_def": {}}
 torch.manual_seed(0)

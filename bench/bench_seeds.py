@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from arrepro import numerics  # noqa: E402
+from arrepro.train import numerics  # noqa: E402
 
 numerics.pin_environment()
 
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 from torch.func import functional_call, grad, stack_module_state, vmap  # noqa: E402
 
-from arrepro.train import build_model  # noqa: E402
+from arrepro.train.loop import build_model  # noqa: E402
 
 
 def batches(S, n=8):

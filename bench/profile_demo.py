@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from arrepro import numerics  # noqa: E402
+from arrepro.train import numerics  # noqa: E402
 
 numerics.pin_environment()
 
@@ -32,7 +32,7 @@ import yaml  # noqa: E402
 from arrepro.config.checks import load_grid  # noqa: E402
 from arrepro.data import task_seq_len  # noqa: E402
 from arrepro.models import kernels  # noqa: E402
-from arrepro.train import build_model  # noqa: E402
+from arrepro.train.loop import build_model  # noqa: E402
 
 
 def step_seconds(spec: dict, vocab: int, L: int, steps: int, portable: bool) -> float:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Tables of finished cells and best-over-LR statistics (rule aggregate), every cell once (rule
-cells_table); logic in arrepro.aggregate."""
-from arrepro.aggregate import merge_cell_tables, write_tables
+cells_table); logic in arrepro.report.aggregate."""
+from arrepro.report.aggregate import merge_cell_tables, write_tables
 from arrepro.files import job_log
 
 if "snakemake" in globals():

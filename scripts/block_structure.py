@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Build the Mamba blocks a scale trains (arrepro.blocks) and write their structure as JSON."""
+"""Build the Mamba blocks a scale trains (arrepro.report.blocks) and write their structure as JSON."""
 import json
 
-from arrepro.blocks import write_structure
+from arrepro.report.blocks import write_structure
 from arrepro.files import job_log
 
 if "snakemake" in globals():

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Render one experiment's table as CSV and LaTeX (Snakemake script; logic in arrepro.tables)."""
+"""Render one experiment's table as CSV and LaTeX (Snakemake script; logic in arrepro.report.tables)."""
 from arrepro.files import job_log
-from arrepro.tables import render_table
+from arrepro.report.tables import render_table
 
 if "snakemake" in globals():
     sm = snakemake  # noqa: F821

@@ -7,7 +7,7 @@ once the scale's tables are built (e.g. by `snakemake results/demo/tables/cells.
 import argparse
 
 from arrepro.files import job_log
-from arrepro.paper import grid_meta, write_paper_inputs
+from arrepro.report.paper import grid_meta, write_paper_inputs
 
 if "snakemake" in globals():
     sm = snakemake  # noqa: F821 - set by Snakemake's script directive

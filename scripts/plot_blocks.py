@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Draw the paper's Figs. 8-10 from the block structure file (arrepro.blocks)."""
-from arrepro.blocks import render
+"""Draw the paper's Figs. 8-10 from the block structure file (arrepro.report.blocks)."""
+from arrepro.report.blocks import render
 from arrepro.files import job_log
 
 if "snakemake" in globals():

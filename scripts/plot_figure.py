@@ -4,7 +4,7 @@ plot_figure.py --kind width --best B.csv --cells C.csv --title T --scale demo OU
 import argparse
 
 from arrepro.files import job_log
-from arrepro.plots import render
+from arrepro.report.plots import render
 
 if "snakemake" in globals():
     sm = snakemake  # noqa: F821

@@ -1,7 +1,7 @@
 """best_over_lr: the reported learning rate among tied best means."""
 import pandas as pd
 
-from arrepro.aggregate import best_over_lr
+from arrepro.report.aggregate import best_over_lr
 
 
 def cells(accs):

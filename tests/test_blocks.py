@@ -1,13 +1,13 @@
-"""The paper's Figs. 8-10 are drawn from the modules the trainer builds (arrepro.blocks): a model
+"""The paper's Figs. 8-10 are drawn from the modules the trainer builds (arrepro.report.blocks): a model
 without conv1d has no conv1d box, one without the gate no gate branch, S6 + MLP an MLP; and the
 boxes follow the built modules, not the config's names (a module removed after building is not
 drawn). Models built at width 16 on the CPU: about a second in all."""
 import pytest
 import torch
 
-from arrepro import blocks
-from arrepro.grid import Grid
-from arrepro.train import build_model
+from arrepro.report import blocks
+from arrepro.config.grid import Grid
+from arrepro.train.loop import build_model
 
 WIDTH = 16
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from arrepro.grid import Grid
+from arrepro.config.grid import Grid
 from test_workflow import CODE_EDIT, SNAKEMAKE, TARGETS, copy_workflow, edit_config, planned, smk
 from test_workflow import done, wd  # noqa: F401 - fixtures: the finished tiny scale, a private copy
 
@@ -231,7 +231,7 @@ def test_killing_snakemake_stops_its_training_job_and_the_printed_advice_resumes
         time.sleep(0.1)
     assert not alive(pid), "the training job outlived its Snakemake"
     assert not (cell / "result.json").exists() and not (cell / "metrics.jsonl").exists()
-    from arrepro import checkpoint
+    from arrepro.train import checkpoint
 
     stopped_at = len(checkpoint.load(cell / "checkpoint.pt", "cpu")["state"]["metrics"])  # (its epochs so far)
     assert stopped_at < EPOCHS, log

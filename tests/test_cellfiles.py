@@ -1,4 +1,4 @@
-"""A cell's files agree with each other, and a cell has one trainer at a time (arrepro.cellfiles):
+"""A cell's files agree with each other, and a cell has one trainer at a time (arrepro.config.cellfiles):
 an edited, half-written, misplaced result.json or a cut metrics.jsonl is reported naming the file
 and the fix; a second trainer is refused while the first lives, and a dead one (kill -9) never
 blocks its cell."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from arrepro.cellfiles import BadCellFile, CellBusy, CellLock, read_metrics, read_result
-from arrepro.train import CHECKPOINT, train_cell
+from arrepro.config.cellfiles import BadCellFile, CellBusy, CellLock, read_metrics, read_result
+from arrepro.train.loop import CHECKPOINT, train_cell
 from test_resume import data, spec  # noqa: F401 - data is a fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_the_fix_works_a_deleted_pair_comes_back_from_the_checkpoint(cell, data)
     assert {f: (cell / f).read_bytes() for f in before} == before
 
 
-HOLD = "import sys, time; from arrepro.cellfiles import CellLock\nwith CellLock(sys.argv[1]):\n print('held', flush=True); time.sleep(600)"
+HOLD = "import sys, time; from arrepro.config.cellfiles import CellLock\nwith CellLock(sys.argv[1]):\n print('held', flush=True); time.sleep(600)"
 
 
 def hold_lock(cell: Path) -> subprocess.Popen:

@@ -1,9 +1,9 @@
-"""Every claim of arrepro.claims on small hand-made tables, for each of its three verdicts."""
+"""Every claim of arrepro.report.claims on small hand-made tables, for each of its three verdicts."""
 import pandas as pd
 import pytest
 
-from arrepro import claims as C
-from arrepro.paper import Results
+from arrepro.report import claims as C
+from arrepro.report.paper import Results
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 TASKS = {"L64": {"kind": "mqar", "num_kv_pairs": 4}, "copy": {"kind": "copy"}}
@@ -48,7 +48,7 @@ def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", ex
 def add_windows(best_rows, cells):
     """Each best row's window columns, as the aggregation writes them: arrepro.search.protocol.window over
     the row's cells' per-learning-rate means (learned and good at the claims' thresholds)."""
-    from arrepro.aggregate import WINDOW
+    from arrepro.report.aggregate import WINDOW
     from arrepro.search.protocol import window
     from arrepro.search.rounds import window_dict
 

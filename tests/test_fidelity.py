@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from arrepro import fidelity
-from arrepro.grid import Grid
+from arrepro.report import fidelity
+from arrepro.config.grid import Grid
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -76,4 +76,4 @@ def test_every_choice_names_a_setting_of_the_table():
 
 def test_the_readme_shows_the_current_table():
     page = (ROOT / "docs" / "fidelity.md").read_text()
-    assert fidelity.markdown(CONFIG) in page, "docs/fidelity.md's table is stale: python -m arrepro.fidelity"
+    assert fidelity.markdown(CONFIG) in page, "docs/fidelity.md's table is stale: python -m arrepro.report.fidelity"

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from arrepro.cellfiles import metrics_text, seal
-from arrepro.grid import Grid
+from arrepro.config.cellfiles import metrics_text, seal
+from arrepro.config.grid import Grid
 
 from test_workflow import copy_workflow
 
@@ -69,7 +69,7 @@ def test_every_figure_and_table_renders(tmp_path, scale):
 # to draw each.
 def drawn(monkeypatch, kind: str, best: pd.DataFrame, cells: pd.DataFrame, tmp_path, **extra):
     """The matplotlib figure a plot function draws (captured before it is closed)."""
-    from arrepro import plots
+    from arrepro.report import plots
 
     figs = []
     monkeypatch.setattr(plots.plt, "close", lambda fig: figs.append(fig))
@@ -84,7 +84,7 @@ def best_rows(rows: list[dict]) -> pd.DataFrame:
 
 
 def test_fig1_labels_every_decade_and_half_decade_tried(monkeypatch, tmp_path):
-    from arrepro.plots import lr_ticks
+    from arrepro.report.plots import lr_ticks
 
     lrs = [1e-4, 3.16e-4, 1e-3, 1.78e-3, 3.16e-3, 1e-2]
     major, minor = lr_ticks(lrs)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from arrepro import gpucheck
+from arrepro.cluster import gpucheck
 
 
 def test_cpu_check_prints_a_row_per_family(tmp_path, capsys):

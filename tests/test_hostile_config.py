@@ -9,9 +9,9 @@ import subprocess
 import pytest
 import yaml
 
-from arrepro.catalogue import mixer_arguments
+from arrepro.config.catalogue import mixer_arguments
 from arrepro.config.checks import check_path, load_grid
-from arrepro.grid import ConfigError, Grid, one_of
+from arrepro.config.grid import ConfigError, Grid, one_of
 from test_workflow import ROOT, SNAKEMAKE, copy_workflow, edit_config, smk
 
 
@@ -178,7 +178,7 @@ def test_every_configured_model_passes(config):
 
 @pytest.mark.parametrize("lr", [1.0e-3, 1.0004e-3, 3.1623e-3, 0.1 + 0.2, 4.64e-4, 1.0e-5, 2.5, 1 / 3])
 def test_a_learning_rates_folder_name_round_trips(lr):
-    from arrepro.grid import fmt_lr
+    from arrepro.config.grid import fmt_lr
 
     assert float(fmt_lr(lr)) == lr
 

@@ -17,15 +17,15 @@ import pytest
 import torch
 import yaml
 
-from arrepro import defaults
+from arrepro.config import defaults
 from arrepro.data import save_task
 from arrepro.data import task_seq_len
-from arrepro.grid import Grid
+from arrepro.config.grid import Grid
 from arrepro.models import LanguageModel, get_mixer, kernels
 from arrepro.models.backbone import constructor_kwargs
 from arrepro.models.kernels import KernelMixer, paths_used
 from arrepro.models.ops import ShortConv
-from arrepro.train import train_cell
+from arrepro.train.loop import train_cell
 
 import kernel_standins as si
 from conftest import ROOT

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from arrepro import defaults
+from arrepro.config import defaults
 from arrepro.data.mqar import MQARSpec, generate
 from arrepro.models import LanguageModel, get_mixer, kernels
 from arrepro.models.backbone import constructor_kwargs
@@ -317,7 +317,7 @@ def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
     """The train rule's code digest and the checkpoint fingerprint (grid.train_sources) cover the
     fused CPU kernel a mixer names and what that file imports, for that mixer's cells only, and
     the kernels of the blocks every model has (ops.py's linear layer and short conv) for all."""
-    from arrepro.catalogue import train_sources
+    from arrepro.config.catalogue import train_sources
 
     root = Path(__file__).resolve().parents[1]
     k = "src/arrepro/models/cpu_kernels/"

@@ -2,16 +2,16 @@
 refuses (``num_heads: 0``, a width ``num_heads`` does not divide) or a model no machine can hold
 (width 1e9: 192 EB) is refused before any job, naming the key (the workflow's dry runs:
 tests/test_hostile_config.py). The requirements are declared once, next to each mixer
-(``REQUIRES``, arrepro.constraints), read by the grid with ast and checked by the constructor too."""
+(``REQUIRES``, arrepro.config.constraints), read by the grid with ast and checked by the constructor too."""
 import copy
 import re
 
 import pytest
 
-from arrepro.constraints import names_in
-from arrepro.catalogue import BACKBONE_ARGS, mixer_names, mixer_signature
+from arrepro.config.constraints import names_in
+from arrepro.config.catalogue import BACKBONE_ARGS, mixer_names, mixer_signature
 from arrepro.config.checks import load_grid
-from arrepro.grid import ConfigError
+from arrepro.config.grid import ConfigError
 from test_hostile_config import fig2
 from test_workflow import ROOT
 

@@ -1,4 +1,4 @@
-"""Pinned CPU numerics (arrepro.numerics): a cell's weights do not depend on the caller's
+"""Pinned CPU numerics (arrepro.train.numerics): a cell's weights do not depend on the caller's
 ATEN_CPU_CAPABILITY or MKL_CBWR (stand-ins for the CPU: an AVX-512 machine runs other kernels
 than this AVX2 one), and a run that is not pinned says so in result.json."""
 import json
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from arrepro import numerics
+from arrepro.train import numerics
 from arrepro.data import save_task
-from arrepro import runfile
-from arrepro.numerics import PINS
+from arrepro.train import runfile
+from arrepro.train.numerics import PINS
 
 ROOT = Path(__file__).resolve().parents[1]
 # the demo's MQAR task (config.yaml, scales.demo.tasks.L32), 50 training steps of batch 32
@@ -29,7 +29,7 @@ SPEC = {"task": "L32", "task_name": "L32", "task_def": TASK, "model": "mamba",
 needs_avx2 = pytest.mark.skipif(not numerics.cpu_description()["avx2"],
                                 reason="this CPU has no AVX2: ATEN_CPU_CAPABILITY=avx2 cannot differ from default")
 
-UNPINNED = ("import json, sys; from arrepro.train import train_cell; "
+UNPINNED = ("import json, sys; from arrepro.train.loop import train_cell; "
             "train_cell(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], log=print, keep_weights=True)")
 
 
@@ -54,7 +54,7 @@ def run(data, out: Path, caller_env: dict, pinned: bool, spec: dict = SPEC) -> t
     env = {k: v for k, v in os.environ.items() if k not in PINS}
     env.update(caller_env, PYTHONPATH=str(ROOT / "src"))
     cell = json.dumps(spec)
-    run_file = out.parent / f"{out.name}-run.json"  # keep the final weights (arrepro.runfile)
+    run_file = out.parent / f"{out.name}-run.json"  # keep the final weights (arrepro.train.runfile)
     runfile.write(runfile.new([], [], keep_weights=True), run_file)
     cmd = ([sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", cell, "--data", str(data),
             "--out", str(out), "--threads", "1", "--run-file", str(run_file)] if pinned
@@ -104,7 +104,7 @@ def test_a_run_that_imported_torch_first_does_not_claim_to_be_pinned(data, tmp_p
     # in-process callers (tests, notebooks): torch imported with the caller's ATEN_CPU_CAPABILITY,
     # then pin_environment() too late: the record says what really ran
     code = ("import json, sys, torch; torch.ones(8).exp(); from arrepro import numerics; numerics.pin_environment(); "
-            "from arrepro.train import train_cell; "
+            "from arrepro.train.loop import train_cell; "
             "r = train_cell(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], log=print); "
             "print(json.dumps(r['numerics']))")
     spec = json.dumps({**SPEC, "task_def": TASK, "recipe_def": {**SPEC["recipe_def"], "epochs": 1}})

@@ -18,15 +18,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from arrepro.aggregate import best_over_lr
+from arrepro.report.aggregate import best_over_lr
 from arrepro.data import task_seq_len
-from arrepro.grid import Grid
-from arrepro.blocks import block_models
-from arrepro.paper import BEST_COLUMNS, grid_meta, is_replication, manuscript_keys, write_paper_inputs
-from arrepro.tools import apt_install
+from arrepro.config.grid import Grid
+from arrepro.report.blocks import block_models
+from arrepro.report.paper import BEST_COLUMNS, grid_meta, is_replication, manuscript_keys, write_paper_inputs
+from arrepro.cluster.tools import apt_install
 
 try:
-    from arrepro.tables import render_table
+    from arrepro.report.tables import render_table
 except ImportError:  # no table writer yet: plain tabulars
     render_table = None
 
@@ -283,8 +283,8 @@ def test_the_manuscript_keys_are_all_known(tmp_path, config):
 def test_one_rounding_rule_for_the_readme_and_the_pdf(tmp_path, config):
     """0.9755 printed 0.976 in the README (three decimals, half up) and 97.5 in the PDF (binary
     100 * 0.9755 = 97.549...): one rule now, the same digits either way, tables included."""
-    from arrepro.tables import render_table
-    from arrepro.tex import acc, pct, pct_range
+    from arrepro.report.tables import render_table
+    from arrepro.report.tex import acc, pct, pct_range
 
     assert (acc(0.9755), acc(0.9755, percent=False), pct(0.9755)) == ("97.6", "0.976", r"97.6\%")
     assert (acc(0.97549), acc(0.0), acc(1.0), acc(0.6640625)) == ("97.5", "0.0", "100.0", "66.4")

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from arrepro.tools import apt_install
+from arrepro.cluster.tools import apt_install
 from test_workflow import copy_workflow, edit_config, smk
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

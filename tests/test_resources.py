@@ -19,7 +19,7 @@ from test_slurm import SNAKEMAKE, assert_as_one_by_one, assert_ran_at_once, copy
 
 from arrepro.cluster import budget, packs
 from arrepro.config import costs
-from arrepro.grid import Grid
+from arrepro.config.grid import Grid
 from arrepro.search.rounds import Searches
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from arrepro.data import save_task
-from arrepro.train import CHECKPOINT, train_cell
+from arrepro.train.loop import CHECKPOINT, train_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 512, "n_test": 128, "seed": 0}
@@ -58,7 +58,7 @@ def metrics(out: Path) -> list[dict]:
 def checkpoint_metrics(out: Path) -> list[dict]:
     """The epochs an unfinished cell has done, as its checkpoint holds them (its metrics.jsonl is
     written when it ends)."""
-    from arrepro import checkpoint
+    from arrepro.train import checkpoint
 
     return checkpoint.load(out / CHECKPOINT, "cpu")["state"]["metrics"]
 
@@ -200,16 +200,16 @@ def resumed(logs: list[str]) -> bool:
 def test_a_checkpoint_is_resumed_only_by_the_same_code(data, tmp_path, monkeypatch, tracked, edit, resumes):
     """Editing a source that shapes the cell (a stand-in added to the training sources, or to the
     data generator's) invalidates its checkpoint; editing only its comments or docstrings does not."""
-    import arrepro.train as train
+    from arrepro.train import loop
 
     extra = tmp_path / "model_source.py"
     extra.write_text("x = 1\n")
     if tracked == "train_sources":
-        real = train.train_sources
-        monkeypatch.setattr(train, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
+        real = loop.train_sources
+        monkeypatch.setattr(loop, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
     else:
-        real_data = train.data_sources
-        monkeypatch.setattr(train, "data_sources", lambda *a, **kw: real_data(*a, **kw) + [str(extra)])
+        real_data = loop.data_sources
+        monkeypatch.setattr(loop, "data_sources", lambda *a, **kw: real_data(*a, **kw) + [str(extra)])
     out = tmp_path / "cell"
     with pytest.raises(SystemExit):
         train_cell(spec(), data, out, threads=1, log=quiet, stop_after_steps=20)
@@ -283,7 +283,7 @@ def test_a_finished_cell_keeps_no_model_nor_optimiser_state(reference):
     outputs (above): no model, no optimiser state, a few KB; no weights unless asked."""
     import torch
 
-    from arrepro import checkpoint
+    from arrepro.train import checkpoint
 
     ck = checkpoint.load(reference / CHECKPOINT, torch.device("cpu"))
     assert "model" not in ck and "optimizer" not in ck, sorted(ck)
@@ -299,7 +299,7 @@ def test_keep_weights_keeps_the_final_weights_only(data, reference, tmp_path):
 
     import torch
 
-    from arrepro.train import build_model, evaluate, load_task
+    from arrepro.train.loop import build_model, evaluate, load_task
 
     train_cell(spec(), data, tmp_path, threads=1, log=quiet, keep_weights=True)
     assert_same_cell(tmp_path, reference)

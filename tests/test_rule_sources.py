@@ -1,6 +1,6 @@
 """Each rule's code digest covers exactly the package modules its script imports (issue 23).
 
-The lists arrepro.catalogue derives from the imports (``script_sources``, ``train_sources``) are
+The lists arrepro.config.catalogue derives from the imports (``script_sources``, ``train_sources``) are
 checked against an independent trace: the standard library's ``modulefinder``, which reads the
 compiled bytecode of every function, not the syntax tree. Every rule that runs a Python script
 records the digest of its own script's list. And a code edit of any module of the package changes
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from arrepro.catalogue import mixer_names
+from arrepro.config.catalogue import mixer_names
 from arrepro.digest import source_digest, statements
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def test_the_derived_sources_are_what_the_scripts_import():
     """script_sources (syntax trees) against modulefinder (bytecode), for every rule's script, the
     data job's sources (a checkpoint's fingerprint), and the train rule's sources of every mixer,
     whose module and CPU kernel the package imports by name."""
-    from arrepro.catalogue import data_sources, script_sources, train_sources
+    from arrepro.config.catalogue import data_sources, script_sources, train_sources
 
     for script in set(rule_scripts().values()):
         assert set(script_sources(script, ROOT)) == traced(ROOT, script), script
@@ -126,7 +126,7 @@ def copy(tmp_path_factory):
 def rule_sources(root: Path, scripts) -> dict[str, list[str]]:
     """The sources of each rule script (the train rule's: one list per mixer), as the workflow
     lists them."""
-    from arrepro.catalogue import script_sources, train_sources
+    from arrepro.config.catalogue import script_sources, train_sources
 
     out = {s: script_sources(s, root) for s in scripts if s != TRAIN_SCRIPT}
     out.update({f"train {m}": train_sources(m, root) for m in sorted(mixer_names())})

@@ -44,7 +44,7 @@ def test_a_target_without_the_paper_needs_no_tex(tmp_path, no_tex_path):
 
 
 def test_the_tools_check_prints_the_install_command_where_it_cannot_install(no_tex_path):
-    p = subprocess.run([sys.executable, "-m", "arrepro.tools", "--install"], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "arrepro.cluster.tools", "--install"], capture_output=True, text=True,
                        env={**os.environ, "PATH": no_tex_path, "PYTHONPATH": str(ROOT / "src")})
     assert p.returncode == 1 and "apt-get install -y --no-install-recommends texlive-latex-base" in p.stderr
 
@@ -52,6 +52,6 @@ def test_the_tools_check_prints_the_install_command_where_it_cannot_install(no_t
 def test_make_demo_checks_the_tools_before_the_workflow():
     p = subprocess.run(["make", "-n", "-o", ".venv/.installed", "demo"], cwd=ROOT, capture_output=True, text=True)
     lines = p.stdout.splitlines()
-    check = next(i for i, x in enumerate(lines) if "-m arrepro.tools --install" in x)
+    check = next(i for i, x in enumerate(lines) if "-m arrepro.cluster.tools --install" in x)
     run = next(i for i, x in enumerate(lines) if x.startswith("snakemake"))
     assert check < run

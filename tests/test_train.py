@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from arrepro.data import save_task
-from arrepro.train import CHECKPOINT, lr_at, train_cell
+from arrepro.train.loop import CHECKPOINT, lr_at, train_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = {"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 1024, "n_test": 128, "seed": 0}
@@ -133,7 +133,7 @@ def test_fp32_has_no_autocast_anywhere_and_bf16_autocasts_on_cuda():
 
     import torch
 
-    from arrepro.train import autocast_for
+    from arrepro.train.loop import autocast_for
 
     cuda = torch.device("cuda")
     assert not isinstance(autocast_for("fp32", cuda)(), torch.autocast)
@@ -154,7 +154,7 @@ def test_precision_comes_from_the_scale(config):
     import jsonschema
     import yaml
 
-    from arrepro.grid import Grid
+    from arrepro.config.grid import Grid
 
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
     jsonschema.validate(config, schema)

@@ -1,4 +1,4 @@
-"""The training script as a user or a job calls it (scripts/train_cell.py, arrepro.trainjob): bad
+"""The training script as a user or a job calls it (scripts/train_cell.py, arrepro.train.job): bad
 input is one clear line naming the file or key (no traceback, nothing written); two trainers
 never share a cell; ARREPRO_KERNELS takes the usual spellings of yes and no and refuses others;
 the resource planner refuses a cells-per-GPU count below 1."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from arrepro.train import train_cell
+from arrepro.train.loop import train_cell
 from test_resume import data, spec  # noqa: F401 - data is a fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,10 +126,10 @@ def test_two_training_scripts_on_one_cell_the_second_is_refused(data, tmp_path):
 
 
 def test_the_run_file_forces_the_cells_it_names_and_keeps_their_weights_if_asked(data, tmp_path):
-    """--run-file (the train rule's; arrepro.runfile): a finished cell whose outputs the run
+    """--run-file (the train rule's; arrepro.train.runfile): a finished cell whose outputs the run
     forces trains from scratch and, with keep_weights, keeps weights.pt; a damaged run file is
     named, before anything is read or written. (Not forced: tests/test_resume.py.)"""
-    from arrepro import runfile
+    from arrepro.train import runfile
 
     out = tmp_path / "cell"
     train_cell(SPEC, data, out, threads=1, log=lambda s: None)

@@ -1,4 +1,4 @@
-"""The training server (arrepro.trainserver): a cell trained by the train rule's command through it
+"""The training server (arrepro.train.server): a cell trained by the train rule's command through it
 has the numbers of the same cell trained in its own process, alone or beside another cell; a
 signal to the job reaches the cell (checkpoint, exit 3), and a job killed outright stops its cell."""
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from arrepro import runfile
+from arrepro.train import runfile
 from arrepro.data import save_task
 
 ROOT = Path(__file__).resolve().parents[1]

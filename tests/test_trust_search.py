@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from arrepro.cellfiles import BadCellFile, metrics_text, read_metrics, read_result, seal
+from arrepro.config.cellfiles import BadCellFile, metrics_text, read_metrics, read_result, seal
 from arrepro.digest import source_digest
 from arrepro.files import UnreadableFile
-from arrepro.grid import ConfigError
+from arrepro.config.grid import ConfigError
 from test_cellfiles import CELL, finished, cell  # noqa: F401 - fixtures: a trained cell
 from test_resume import data  # noqa: F401 - a fixture
 from test_trainjob import SPEC, script
@@ -95,7 +95,7 @@ def test_a_forged_result_with_its_seal_recomputed_is_refused(cell):
 
 
 def test_a_result_agreeing_with_a_forged_metrics_file_and_both_seals_passes(cell):
-    """What the checksums do not protect against (documented in arrepro.cellfiles): a forger who
+    """What the checksums do not protect against (documented in arrepro.config.cellfiles): a forger who
     rewrites both files and both checksums."""
     rows = read_metrics(cell)
     rows[-1]["test_accuracy"] = 0.95
@@ -134,7 +134,7 @@ def alias_bomb() -> str:
     ("a: [1, 2\n", "not valid YAML"),
 ], ids=["duplicate-key", "alias-bomb", "not-yaml"])
 def test_a_config_file_is_refused_in_one_line_before_snakemake_reads_it(tmp_path, text, phrase):
-    from arrepro.preflight import ConfigFileError, check_config_file
+    from arrepro.cluster.preflight import ConfigFileError, check_config_file
 
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -144,13 +144,13 @@ def test_a_config_file_is_refused_in_one_line_before_snakemake_reads_it(tmp_path
 
 
 def test_the_config_file_passes_and_merge_keys_are_no_duplicates():
-    from arrepro.preflight import check_config_file
+    from arrepro.cluster.preflight import check_config_file
 
     check_config_file(ROOT / "config.yaml")
 
 
 def test_an_oversized_config_is_refused(tmp_path):
-    from arrepro.preflight import ConfigFileError, check_config_file
+    from arrepro.cluster.preflight import ConfigFileError, check_config_file
 
     path = tmp_path / "config.yaml"
     path.write_text("a: " + "x" * (1 << 20) + "\n")
@@ -159,7 +159,7 @@ def test_an_oversized_config_is_refused(tmp_path):
 
 
 def test_command_line_mappings_are_read_as_yaml_and_named():
-    from arrepro.preflight import COMMAND_LINE, command_line_config, config_source
+    from arrepro.cluster.preflight import COMMAND_LINE, command_line_config, config_source
 
     over = command_line_config(["lr_searches={tiny: {rounds: 1}}", "scale=tiny", "lr_protocol=grid"])
     assert over == {"lr_searches": {"tiny": {"rounds": 1}}, "scale": "tiny", "lr_protocol": "grid"}
@@ -220,9 +220,9 @@ def test_a_job_whose_code_changed_since_the_plan_stops_naming_the_file(tmp_path,
 
 
 def test_the_trainer_stops_when_its_code_changed_since_the_plan(data, tmp_path):
-    """The train job's side: the cell's sources (arrepro.catalogue.train_sources) recorded with
+    """The train job's side: the cell's sources (arrepro.config.catalogue.train_sources) recorded with
     another digest than they have now: one line, nothing trained."""
-    from arrepro.catalogue import train_sources
+    from arrepro.config.catalogue import train_sources
 
     PLANNED = "ARREPRO_PLANNED_CODE"  # (arrepro.digest.PLANNED)
 
@@ -243,7 +243,7 @@ def immutable(path: Path, on: bool) -> bool:
 def test_a_cell_folder_read_only_while_training_is_one_line(data, tmp_path):
     """Issue 24, case 6: the folder refuses writes once training has started (its lock file is
     there): one line naming the file, as a full disk, and no output left for Snakemake to remove."""
-    from arrepro.preflight import unwritable_folders
+    from arrepro.cluster.preflight import unwritable_folders
 
     out = tmp_path / "cell"
     out.mkdir()
@@ -262,7 +262,7 @@ def test_a_cell_folder_read_only_while_training_is_one_line(data, tmp_path):
 
 
 def test_unwritable_folders_are_tried_not_guessed(tmp_path):
-    from arrepro.preflight import unwritable_folders
+    from arrepro.cluster.preflight import unwritable_folders
 
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -275,7 +275,7 @@ def test_unwritable_folders_are_tried_not_guessed(tmp_path):
 
 
 def test_a_foreign_file_where_the_workflow_links_is_found(tmp_path):
-    from arrepro.preflight import foreign_links
+    from arrepro.cluster.preflight import foreign_links
 
     (tmp_path / "fig1.pdf").write_text("old")
     (tmp_path / "fig2.pdf").symlink_to("tiny/fig2.pdf")
@@ -290,8 +290,8 @@ def test_overridden_numerics_are_recorded_and_an_unpinned_run_is_named(data, tmp
     """Issue 24, case 6: the caller's ATEN_CPU_CAPABILITY and MKL_CBWR (replaced by the pins) are
     recorded in the cell; two threads make it unpinned; its table row says so and the paper's
     text names it."""
-    from arrepro.aggregate import load_results
-    from arrepro.paper import numerics_text
+    from arrepro.report.aggregate import load_results
+    from arrepro.report.paper import numerics_text
 
     out = tmp_path / CELL
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2"}

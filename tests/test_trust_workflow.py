@@ -17,14 +17,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from arrepro.aggregate import read_best_table, read_cells_table
+from arrepro.report.aggregate import read_best_table, read_cells_table
 from arrepro.files import UnreadableFile, write_table
-from arrepro.grid import Grid
-from arrepro.plots import literal
+from arrepro.config.grid import Grid
+from arrepro.report.plots import literal
 from arrepro.search.plans import Plan
 from arrepro.search.rounds import Searches
-from arrepro.tables import render_table
-from arrepro.tex import tex_escape
+from arrepro.report.tables import render_table
+from arrepro.report.tex import tex_escape
 from test_workflow import ROOT, TARGETS, copy_workflow, edit_config, private_copy
 
 BIN = Path(sys.executable).parent  # this environment's `snakemake` and `python`

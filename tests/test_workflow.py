@@ -31,7 +31,7 @@ def smk(wd: Path, *args, check=True):
 
 def search_reports(scale="tiny"):
     """The per-search files of a scale (rule search_reports)."""
-    from arrepro.grid import Grid
+    from arrepro.config.grid import Grid
     from arrepro.search.rounds import Searches
 
     grid = Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), scale)
@@ -104,10 +104,10 @@ def comment_edit(path: Path) -> None:
     path.write_text(text.replace("\n\n\n", "\n\n\n\n", 1))
 
 
-@pytest.mark.parametrize("path", ["src/arrepro/train.py", "src/arrepro/models/backbone.py", "src/arrepro/models/ops.py",
-                                  "src/arrepro/models/mixers/attention.py", "src/arrepro/plots.py",
-                                  "src/arrepro/aggregate.py", "src/arrepro/data/mqar.py", "src/arrepro/search.py",
-                                  "src/arrepro/rounds.py"])
+@pytest.mark.parametrize("path", ["src/arrepro/train/loop.py", "src/arrepro/models/backbone.py", "src/arrepro/models/ops.py",
+                                  "src/arrepro/models/mixers/attention.py", "src/arrepro/report/plots.py",
+                                  "src/arrepro/report/aggregate.py", "src/arrepro/data/mqar.py", "src/arrepro/search/protocol.py",
+                                  "src/arrepro/search/rounds.py"])
 def test_a_comment_or_docstring_edit_reruns_nothing(wd, path):
     comment_edit(wd / path)
     assert planned(wd) == {}
@@ -130,8 +130,8 @@ def test_editing_a_model_file_reruns_its_cells_only(wd):
 
 def move_lr_schedule(wd: Path) -> Path:
     """A refactor: ``lr_at`` (and the schedules it names) moved from train.py to a new module
-    that train.py imports (the cell's sources follow the import: arrepro.catalogue)."""
-    train = wd / "src/arrepro/train.py"
+    that train.py imports (the cell's sources follow the import: arrepro.config.catalogue)."""
+    train = wd / "src/arrepro/train/loop.py"
     text = train.read_text()
     start = text.index("SCHEDULE_STEPS = ")
     body_start, body_end = text.index("def lr_at("), text.index("\ndef ", text.index("def lr_at(") + 1)
@@ -149,7 +149,7 @@ def test_a_refactor_plans_nothing_and_the_moved_code_still_counts(wd):
     """Issue 19: code moved between the cell's source files (a function to a new module) is the
     same code: nothing reruns. An edit of the moved function's body reruns every cell."""
     schedule = move_lr_schedule(wd)
-    subprocess.run([sys.executable, "-c", "import arrepro.train"], cwd=wd / "src", check=True)  # still imports
+    subprocess.run([sys.executable, "-c", "import arrepro.train.loop"], cwd=wd / "src", check=True)  # still imports
     assert planned(wd) == {}
     schedule.write_text(schedule.read_text().replace("return base * (1.0 - frac)", "return (base * (1.0 - frac))"))
     assert planned(wd) == {}  # (the same code after parsing)
@@ -164,7 +164,7 @@ def test_editing_shared_model_code_reruns_every_cell(wd):
 
 
 def test_editing_plotting_code_reruns_only_the_figures(wd):
-    with open(wd / "src/arrepro/plots.py", "a") as f:
+    with open(wd / "src/arrepro/report/plots.py", "a") as f:
         f.write(CODE_EDIT)
     assert planned(wd) == {"figure": 2}  # fig1 and fig2
 
@@ -177,9 +177,9 @@ def rerun_on_their_own(wd: Path, rules) -> set[str]:
 
 # issue 23: modules the hand-kept lists missed (tex.py: the paper's numbers; cellfiles.py: the
 # search's rounds; rounds.py: the aggregation)
-@pytest.mark.parametrize("module, importer", [("src/arrepro/tex.py", "paper_numbers"),
-                                              ("src/arrepro/cellfiles.py", "search_round"),
-                                              ("src/arrepro/rounds.py", "aggregate")])
+@pytest.mark.parametrize("module, importer", [("src/arrepro/report/tex.py", "paper_numbers"),
+                                              ("src/arrepro/config/cellfiles.py", "search_round"),
+                                              ("src/arrepro/search/rounds.py", "aggregate")])
 def test_a_code_edit_reruns_the_rules_that_import_it(wd, module, importer):
     """A code edit of a module reruns a rule whose script imports it, and no rule whose script
     does not (each rule judged on its own params; which script imports what: an independent
@@ -251,7 +251,7 @@ def test_each_figure_pulls_exactly_its_experiments_cells(tmp_path):
     """On the demo scale, with nothing built: a figure's or table's target schedules the
     training of exactly the round-0 cells of its experiment's searches (and a cell two
     experiments share is one job)."""
-    from arrepro.grid import Grid
+    from arrepro.config.grid import Grid
     from arrepro.search.rounds import Searches, search_cells, start_round
 
     wd = copy_workflow(tmp_path)
@@ -289,7 +289,7 @@ def test_an_unreadable_result_is_named_in_the_error_and_the_log(wd):
 def interrupt(wd: Path, grid, cell) -> None:
     """Leave ``cell`` as a training job stopped after its first step leaves it: a checkpoint of
     that step (its fingerprint: this cell, data and code), beside its old result."""
-    from arrepro.train import train_cell
+    from arrepro.train.loop import train_cell
 
     spec = grid.cell_spec(cell.task, cell.model, cell.width, cell.layers, cell.recipe, cell.lr, cell.seed)
     (wd / cell.path / "checkpoint.pt").unlink(missing_ok=True)
@@ -304,7 +304,7 @@ def test_a_forced_run_retrains_every_cell_of_every_round(wd):
     checkpoint at epoch 3 batch 0") and kept their old numbers. Here each later-round cell holds
     the checkpoint of an interrupted attempt: every cell trains from scratch, the run says how
     many, and each train.log keeps its earlier lines."""
-    from arrepro.grid import Grid
+    from arrepro.config.grid import Grid
     from arrepro.search.plans import Plan
     from arrepro.search.rounds import Searches, search_cells
 
@@ -421,7 +421,7 @@ def test_an_interrupted_search_resumes_without_redoing_finished_rounds_and_decid
 
 
 def test_editing_the_search_code_reruns_its_rounds_not_its_cells(wd):
-    with open(wd / "src/arrepro/search.py", "a") as f:
+    with open(wd / "src/arrepro/search/protocol.py", "a") as f:
         f.write(CODE_EDIT)
     jobs = planned(wd)
     assert "train" not in jobs and jobs["search_round"] >= 1

@@ -144,7 +144,7 @@ def imports(path: str | Path) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
     """Every import statement of a Python file, at the top or in a function, class or block:
     (level, module, names); ``import a.b`` is (0, "a.b", ()), ``from ..x import y, z`` is
     (2, "x", ("y", "z")); none for a file that is not valid Python. From the parse that its
-    ``statements`` come from (memoised on the file's path, mtime and size): arrepro.catalogue
+    ``statements`` come from (memoised on the file's path, mtime and size): arrepro.config.catalogue
     follows them to a rule's sources."""
     st = os.stat(path)
     return _parsed(str(path), st.st_mtime_ns, st.st_size)[1]

@@ -10,13 +10,13 @@ from arrepro.cluster import packs
 from arrepro.config import costs  # wall time, memory and group of a cell
 from arrepro.search.plans import Plan
 from arrepro.search.rounds import Searches, round_cells, search_cells
-from arrepro import blocks as mamba_blocks
-from arrepro import runfile
+from arrepro.report import blocks
+from arrepro.train import runfile
 from arrepro.digest import record_planned, source_digest
-from arrepro.catalogue import script_sources, train_sources
+from arrepro.config.catalogue import script_sources, train_sources
 from arrepro.config.checks import load_grid
-from arrepro.grid import CELL_PATTERN, ConfigError, one_of
-from arrepro.preflight import config_error
+from arrepro.config.grid import CELL_PATTERN, ConfigError, one_of
+from arrepro.cluster.preflight import config_error
 
 try:
     GRID = load_grid(config)
@@ -33,9 +33,9 @@ OUT = GRID.out  # results/{scale}: this scale's figures, tables, paper and logs
 EXPERIMENTS = list(GRID.experiments)
 FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
 TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
-# the paper's Figs. 8-10 (arrepro.blocks): the Mamba blocks this scale trains, drawn from their modules
-BLOCK_SPECS = mamba_blocks.specs(GRID)
-BLOCK_FIGURE = [f"{OUT}/{mamba_blocks.FIGURE}.{x}" for x in ("pdf", "png")] if BLOCK_SPECS else []
+# the paper's Figs. 8-10 (arrepro.report.blocks): the Mamba blocks this scale trains, drawn from their modules
+BLOCK_SPECS = blocks.specs(GRID)
+BLOCK_FIGURE = [f"{OUT}/{blocks.FIGURE}.{x}" for x in ("pdf", "png")] if BLOCK_SPECS else []
 CELL_RESULT = f"{CELL_PATTERN}/result.json"
 CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
 
@@ -54,7 +54,7 @@ def code(*paths):
 @functools.lru_cache(maxsize=None)
 def script_code(script):
     """The code digest of a rule's script and of every module of the package it imports
-    (arrepro.catalogue.script_sources: derived from its imports, not listed by hand)."""
+    (arrepro.config.catalogue.script_sources: derived from its imports, not listed by hand)."""
     return code(*script_sources(script, ROOT))
 
 
@@ -194,7 +194,7 @@ RUN = None  # this run's record for its train jobs (record_run)
 
 def record_run():
     """Before any job (the Snakefile's onstart: the submitting process, never in a dry run nor
-    inside a Slurm job): the file this run's train jobs read (arrepro.runfile): the cells it
+    inside a Slurm job): the file this run's train jobs read (arrepro.train.runfile): the cells it
     forces, which train from scratch in every round of the searches, those that checkpoint
     rounds add later included, and whether cells keep their final weights. Says how many forced
     cells it knows now."""

@@ -52,12 +52,12 @@ rule table:
 
 # The paper's Figs. 8-10 (Mamba's block, without conv1d, without gate; S6 + MLP): each of the
 # scale's Mamba models built as its cells train it (the training software's env), walked into a
-# structure file, then drawn (src/arrepro/blocks.py). Only at a scale that trains one of them.
+# structure file, then drawn (src/arrepro/report/blocks.py). Only at a scale that trains one of them.
 rule block_structure:
     output:
         f"{OUT}/tables/blocks.json",
     params:
-        code=code(*train_sources("mamba", ROOT), "src/arrepro/blocks.py", "scripts/block_structure.py"),
+        code=code(*train_sources("mamba", ROOT), "src/arrepro/report/blocks.py", "scripts/block_structure.py"),
         specs=json.dumps(list(BLOCK_SPECS.items()), sort_keys=True),  # [[model, cell spec], ...] in panel order
     log:
         f"{OUT}/logs/figures/block_structure.log",
@@ -69,13 +69,13 @@ rule block_structure:
 
 rule blocks:
     output:
-        pdf=f"{OUT}/{mamba_blocks.FIGURE}.pdf",
-        png=report(f"{OUT}/{mamba_blocks.FIGURE}.png", caption="../report/blocks.rst", category="Figures",
-                   labels={"experiment": mamba_blocks.FIGURE}),
+        pdf=f"{OUT}/{blocks.FIGURE}.pdf",
+        png=report(f"{OUT}/{blocks.FIGURE}.png", caption="../report/blocks.rst", category="Figures",
+                   labels={"experiment": blocks.FIGURE}),
     input:
         rules.block_structure.output,
     params:
-        code=code("src/arrepro/blocks.py", "src/arrepro/plots.py", "scripts/plot_blocks.py"),
+        code=code("src/arrepro/report/blocks.py", "src/arrepro/report/plots.py", "scripts/plot_blocks.py"),
         title="Mamba's block and its ablations, as trained",
         scale=GRID.scale_name,
     log:

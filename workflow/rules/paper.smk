@@ -1,4 +1,4 @@
-from arrepro.paper import grid_meta as paper_meta  # noqa: E402
+from arrepro.report.paper import grid_meta as paper_meta  # noqa: E402
 
 # Stage 5: the manuscript, results/{scale}/paper.pdf. Its prose is paper/main.tex; every number in it is a
 # macro that paper_numbers computes from the experiments' tables, and it includes every figure

@@ -1,12 +1,12 @@
 # Before Snakemake builds the DAG (a minute at the paper scale) and starts any job
-# (src/arrepro/preflight.py): the software the run needs (conda, sbatch), another run holding
+# (src/arrepro/cluster/preflight.py): the software the run needs (conda, sbatch), another run holding
 # this folder (named, with its pid), the scale's datasets against the checksums recorded beside
 # them (a damaged one is regenerated), its derived tables against their writer's checksum, the
 # learning-rate search's plans and decision files against their seals and what they were made
 # from (src/arrepro/search/plans.py), and results/NAME links (each damaged, stale or foreign one is
 # rebuilt: its job is forced). No rules here.
 from arrepro.search.plans import damaged_reports, stale_plans  # noqa: E402
-from arrepro import preflight  # noqa: E402
+from arrepro.cluster import preflight  # noqa: E402
 
 preflight.before_dag(workflow, GRID.tasks, [t for e in EXPERIMENTS for t in GRID.tables(e)] + [GRID.cells_table],
                      rebuild=lambda: {**stale_plans(SEARCHES, OUT, script_code("scripts/search_round.py")),

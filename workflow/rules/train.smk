@@ -1,6 +1,6 @@
 # Stage 2: one job per cell (task, model, width, layers, recipe, lr, seed).
 # The code digest of a cell's sources (scripts/train_cell.py, the package modules it imports, the
-# mixer and its CPU kernel: arrepro.catalogue.train_sources) is a param: a code edit in a mixer
+# mixer and its CPU kernel: arrepro.config.catalogue.train_sources) is a param: a code edit in a mixer
 # reruns only its cells, a comment edit nothing.
 
 
@@ -22,9 +22,9 @@ rule train:
         run_file=runfile.PATH,
     # job.log is this attempt's output; train.log gathers every attempt's (a resumed cell's history
     # stays): the script writes both itself, and its errors to the job's stderr, which Snakemake
-    # shows (arrepro.trainjob). `exec`: the trainer's parent is the Snakemake running the job, and
+    # shows (arrepro.train.job). `exec`: the trainer's parent is the Snakemake running the job, and
     # --die-with-parent stops it (with a checkpoint) if that Snakemake is killed. --server: a CPU
-    # cell trains in a child of the training server, one start-up for every cell (arrepro.trainserver).
+    # cell trains in a child of the training server, one start-up for every cell (arrepro.train.server).
     log:
         f"{CELL_PATTERN}/job.log",
     wildcard_constraints:

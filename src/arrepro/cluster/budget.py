@@ -11,7 +11,7 @@ import math
 from ..config.costs import (CELL_FILE_BYTES, CHECKPOINT_BYTES_PER_PARAMETER, EPOCH_FILE_BYTES, SHARE_SLOWDOWN,
                             WEIGHTS_BYTES_PER_PARAMETER, _size, cells_per_gpu_of, estimate_seconds, group,
                             group_components, mem_mb, parameters, runtime_min, setting_spec, sharing)
-from ..catalogue import ROOT
+from arrepro.config.catalogue import ROOT
 from ..config.checks import load_grid
 from ..search.rounds import Searches, search_cells, start_round
 from .packs import packs
@@ -19,7 +19,7 @@ from .packs import packs
 
 # ------------------------------------------------------------------------------ the plan
 def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
-    """Cells, Slurm jobs of the train rule, and hours for an ``arrepro.grid.Grid`` (all its
+    """Cells, Slurm jobs of the train rule, and hours for an ``arrepro.config.grid.Grid`` (all its
     cells, or the given ones), with ``cells_per_gpu`` cells sharing a GPU in grouped jobs.
 
     ``requested_hours``: the wall time Slurm is asked for, summed over cells as they run (a pack

@@ -35,9 +35,9 @@ from __future__ import annotations
 import functools
 import os
 
-from ..cellfiles import RESULT
+from arrepro.config.cellfiles import RESULT
 from ..config.costs import sharing
-from ..grid import CELL_PATTERN
+from arrepro.config.grid import CELL_PATTERN
 
 # a pack's marker (and its log), in the folder its cells share: npack cells per GPU, the kpack-th
 PACK_PATTERN = CELL_PATTERN.rsplit("/", 1)[0] + "/gpu-pack{npack}-{kpack}.done"

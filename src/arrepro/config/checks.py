@@ -8,10 +8,10 @@ import math
 import posixpath
 import re
 
-from ..catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
-from ..constraints import names_in, unmet
+from arrepro.config.catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
+from arrepro.config.constraints import names_in, unmet
 from ..data import task_seq_len, task_spec
-from ..grid import ConfigError, Grid
+from arrepro.config.grid import ConfigError, Grid
 from .costs import memory_problem
 
 
@@ -175,7 +175,7 @@ def check_grid(grid) -> None:
 
 def _check_models(grid, root: str | None) -> None:
     """Each model of each grid at each of its widths, depths and tasks: the requirements its
-    mixer declares (``REQUIRES``, read with ast: arrepro.constraints), e.g. ``num_heads >= 1``
+    mixer declares (``REQUIRES``, read with ast: arrepro.config.constraints), e.g. ``num_heads >= 1``
     and a width that ``num_heads`` divides, and a size some machine can hold
     (``costs.memory_problem``). Refused here, naming the key, not inside a job."""
 

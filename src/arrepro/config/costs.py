@@ -73,7 +73,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import defaults
+from arrepro.config import defaults
 from ..data import task_seq_len
 
 # ------------------------------------------------------------------------------ constants
@@ -297,6 +297,6 @@ WEIGHTS_BYTES_PER_PARAMETER = 4  # weights.pt: the fp32 weights (keep_weights)
 
 
 def setting_spec(grid, setting) -> dict:
-    """The spec the cost model reads for every cell of a setting (``arrepro.grid.Setting``): a
+    """The spec the cost model reads for every cell of a setting (``arrepro.config.grid.Setting``): a
     cell's cost does not depend on its learning rate or seed."""
     return grid.cell_spec(**vars(setting.cell(1e-3, 0)))

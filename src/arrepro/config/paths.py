@@ -1,4 +1,4 @@
-"""Where a scale's shared files live and how the workflow names their contents, where arrepro.grid
+"""Where a scale's shared files live and how the workflow names their contents, where arrepro.config.grid
 (the cells' folders, a scale's outputs) does not say: a dataset's folder, shared by every scale
 that defines the task alike (``results/data/<task id>``: its train.npz and test.npz), and a file's
 sha256, which the workflow's own records keep (a dataset's manifest, the cell results a search's

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import defaults
+from arrepro.config import defaults
 from .ops import MLP, TiedHead, apply_rotary, rotary_tables, sinusoidal_table, use_fused_linears
 from .registry import get_mixer
 

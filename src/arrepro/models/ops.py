@@ -28,7 +28,7 @@ class ShortConv(KernelMixer):
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         # k shifted multiply-adds on (B, L, D) in tap order, not nn.Conv1d: with oneDNN off (pinned
-        # CPU numerics, arrepro.numerics) ATen's native depthwise conv and its weight gradient took
+        # CPU numerics, arrepro.train.numerics) ATen's native depthwise conv and its weight gradient took
         # ~4x the time of the rest of a demo-sized Mamba block; this is elementwise ATen code only
         L, k = x.shape[1], self.kernel_size
         w = self.conv.weight[:, 0].to(x.dtype)  # (D, k); tap k-1 multiplies the current step

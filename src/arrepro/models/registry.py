@@ -26,7 +26,7 @@ from typing import Callable
 
 from torch import nn
 
-from ..catalogue import mixer_names
+from arrepro.config.catalogue import mixer_names
 
 MIXERS: dict[str, type[nn.Module]] = {}
 
@@ -60,6 +60,6 @@ def get_mixer(name: str) -> type[nn.Module]:
 
 
 def available_mixers() -> list[str]:
-    """Every mixer: one file each under models/mixers (arrepro.catalogue)."""
+    """Every mixer: one file each under models/mixers (arrepro.config.catalogue)."""
     return sorted(mixer_names() or ())
 

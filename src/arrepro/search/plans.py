@@ -19,7 +19,7 @@ cells' results, so running its rounds again rebuilds it. Snakemake alone does no
 inside a plan, and once a round job reruns it plans the rounds after it from the plans it had
 already read (switching ``lr_protocol`` to grid and back left tables of the grid's numbers).
 
-What the seal protects against is what the cells' checksums protect against (arrepro.cellfiles):
+What the seal protects against is what the cells' checksums protect against (arrepro.config.cellfiles):
 accidents and careless edits, not a forger who recomputes it.
 """
 from __future__ import annotations

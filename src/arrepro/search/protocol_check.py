@@ -8,8 +8,8 @@ Pure apart from reading cells and search files; no pandas needed beyond the tabl
 """
 from __future__ import annotations
 
-from ..cellfiles import RESULT
-from ..grid import Setting
+from arrepro.config.cellfiles import RESULT
+from arrepro.config.grid import Setting
 from .protocol import means
 from .rounds import Searches, read_accuracy
 

@@ -31,9 +31,9 @@ import json
 import math
 from dataclasses import dataclass
 
-from ..cellfiles import RESULT, read_result
+from arrepro.config.cellfiles import RESULT, read_result
 from ..config.costs import GROUP_TIERS, group, setting_spec
-from ..grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
+from arrepro.config.grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
 from .plans import Plan, write_report
 from .protocol import Round, SearchSpec, State, cells_of, decide, state_window
 from .thresholds import GOOD, chance_level, learned_threshold

@@ -2,7 +2,7 @@
 signature of ``torch.nn.functional.linear``; ``arrepro.models.kernels`` decides when it runs
 (kernel ``linear_cpu``: every ``ops.Linear`` of a model and its tied head) and records why not.
 
-Why: under pinned CPU numerics (``arrepro.numerics``) MKL's sgemm runs its ``COMPATIBLE`` branch
+Why: under pinned CPU numerics (``arrepro.train.numerics``) MKL's sgemm runs its ``COMPATIBLE`` branch
 (SSE2), 2-3.5x slower than its own AVX2 code at the demo's sizes, and the matrix products are a
 third to a half of a demo cell's CPU time. This product is defined element by element, so that
 its bits cannot depend on the CPU, the vector width or the blocking:

@@ -13,14 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...constraints import require
+from arrepro.config.constraints import require
 from ..kernels import KernelMixer, compute_dtype
 from ..ops import ShortConv, apply_rotary, rotary_tables
 from ..registry import register
 
 
-# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
-# by arrepro.grid, which reads this literal with ast, and by the constructor)
+# The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job
+# by arrepro.config.grid, which reads this literal with ast, and by the constructor)
 REQUIRES = (
     ("isinstance(num_heads, int) and num_heads >= 1", "num_heads must be a whole number >= 1"),
     ("d_model % num_heads == 0", "the width must be a multiple of num_heads"),

@@ -42,7 +42,7 @@ import math
 import torch
 from torch import nn
 
-from ...constraints import require
+from arrepro.config.constraints import require
 from ..kernels import KernelMixer, compute_dtype, fla_layout_kwargs
 from ..ops import ShortConv
 from ..registry import register
@@ -55,8 +55,8 @@ def taylor_feature_map(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.ones_like(x[..., :1]), x / F_**0.25, outer], dim=-1)
 
 
-# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
-# by arrepro.grid, which reads this literal with ast, and by the constructor)
+# The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job
+# by arrepro.config.grid, which reads this literal with ast, and by the constructor)
 REQUIRES = (
     ("isinstance(num_heads, int) and num_heads >= 1", "num_heads must be a whole number >= 1"),
     ("d_model % num_heads == 0", "the width must be a multiple of num_heads"),

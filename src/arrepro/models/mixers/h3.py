@@ -36,13 +36,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...constraints import require
+from arrepro.config.constraints import require
 from ..ops import fft_causal_conv
 from ..registry import register
 
 
-# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
-# by arrepro.grid, which reads this literal with ast, and by the constructor)
+# The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job
+# by arrepro.config.grid, which reads this literal with ast, and by the constructor)
 REQUIRES = (
     ("isinstance(head_dim, int) and head_dim >= 1", "head_dim must be a whole number >= 1"),
     ("d_model % head_dim == 0", "the width must be a multiple of head_dim"),

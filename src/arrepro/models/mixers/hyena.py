@@ -38,7 +38,7 @@ import math
 import torch
 from torch import nn
 
-from ...constraints import require
+from arrepro.config.constraints import require
 from ..ops import ShortConv, fft_causal_conv
 from ..registry import register
 
@@ -65,8 +65,8 @@ def positional_features(max_len: int, emb_dim: int) -> tuple[torch.Tensor, torch
     return torch.cat([t, torch.cos(f * w), -torch.sin(f * w)], dim=-1), t
 
 
-# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
-# by arrepro.grid, which reads this literal with ast, and by the constructor)
+# The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job
+# by arrepro.config.grid, which reads this literal with ast, and by the constructor)
 REQUIRES = (
     ("isinstance(order, int) and order >= 2", "order must be a whole number >= 2"),
     ("isinstance(filter_order, int) and filter_order >= 1", "filter_order must be a whole number >= 1"),

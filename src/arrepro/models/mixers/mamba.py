@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ...constraints import require
+from arrepro.config.constraints import require
 from ..kernels import KernelMixer
 from ..ops import ShortConv
 from ..registry import register
@@ -149,8 +149,8 @@ def selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch
 # --------------------------------------------------------------------------- the block
 
 
-# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
-# by arrepro.grid, which reads this literal with ast, and by the constructor)
+# The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job
+# by arrepro.config.grid, which reads this literal with ast, and by the constructor)
 REQUIRES = (
     ("isinstance(d_state, int) and d_state >= 1", "d_state must be a whole number >= 1"),
     ("isinstance(d_conv, int) and d_conv >= 1", "d_conv must be a whole number >= 1"),

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...constraints import require
+from arrepro.config.constraints import require
 from ..kernels import KernelMixer
 from ..ops import ShortConv
 from ..registry import register
@@ -93,8 +93,8 @@ class GatedRMSNorm(nn.Module):
         return y * torch.rsqrt(y.float().square().mean(-1, keepdim=True) + self.eps).to(y.dtype) * self.weight
 
 
-# The constructor's arguments: what they must satisfy (arrepro.constraints: checked before any job
-# by arrepro.grid, which reads this literal with ast, and by the constructor)
+# The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job
+# by arrepro.config.grid, which reads this literal with ast, and by the constructor)
 REQUIRES = (
     ("isinstance(d_state, int) and d_state >= 1", "d_state must be a whole number >= 1"),
     ("isinstance(d_conv, int) and d_conv >= 1", "d_conv must be a whole number >= 1"),

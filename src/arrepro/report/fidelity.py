@@ -7,7 +7,7 @@ reads this config's value for each and says whose value it is: "paper", "Zoology
 ``choices`` (config.yaml) when no source's value is taken. A setting with neither is a
 "DEVIATION" (tests/test_fidelity.py fails on one).
 
-    python -m arrepro.fidelity [--format markdown|latex]   # from the repository root
+    python -m arrepro.report.fidelity [--format markdown|latex]   # from the repository root
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import defaults
+from arrepro.config import defaults
 
 SILENT = "silent"
 NONE = "—"
@@ -74,7 +74,7 @@ def _searches_used(c):
 
 
 def _search_text(c, name):
-    from .grid import schema_defaults
+    from arrepro.config.grid import schema_defaults
 
     d = {**schema_defaults("search"), **c["lr_searches"][name]}
     start = d.get("start", "the grid's lrs")
@@ -255,7 +255,7 @@ def markdown(config: dict) -> str:
 
 def latex(config: dict) -> str:
     """A longtable (the paper's appendix)."""
-    from .tex import tex_escape as escape
+    from arrepro.report.tex import tex_escape as escape
 
     out = [r"\begin{longtable}{>{\raggedright}p{0.15\linewidth}>{\raggedright}p{0.13\linewidth}"
            r">{\raggedright}p{0.09\linewidth}>{\raggedright}p{0.09\linewidth}>{\raggedright}p{0.07\linewidth}"

@@ -41,7 +41,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from .files import checksum_path, table_problem, write_text_atomic
+from arrepro.files import checksum_path, table_problem, write_text_atomic
 
 SPLITS = ("train", "test")
 MANIFEST = "manifest.json"  # beside a task's train.npz and test.npz: {file: {sha256, size, mtime_ns}}
@@ -407,7 +407,7 @@ def record_data(folders) -> None:
 def check_data(tasks: dict[str, dict], dryrun: bool, root: str = "results/data") -> list[str]:
     """Check the dataset files of ``tasks`` ({task id: definition}) that exist; regenerate a
     damaged one (not in a dry run). Returns what it found and did, one line per file."""
-    from .data import save_task
+    from arrepro.data import save_task
 
     notes = []
     for tid, task in tasks.items():
@@ -454,7 +454,7 @@ def check_data(tasks: dict[str, dict], dryrun: bool, root: str = "results/data")
 def damaged_tables(paths) -> dict[Path, str]:
     """The existing tables in ``paths`` that fail their check, each with why: the checksum their
     writer stored beside them or, without one (made by hand, or before tables had one), what
-    their readers need (arrepro.aggregate.table_content_problem)."""
+    their readers need (arrepro.report.aggregate.table_content_problem)."""
     bad = {}
     for path in map(Path, paths):
         if not path.exists():
@@ -462,7 +462,7 @@ def damaged_tables(paths) -> dict[Path, str]:
         if checksum_path(path).exists():
             why = table_problem(path)
         else:
-            from .aggregate import table_content_problem
+            from arrepro.report.aggregate import table_content_problem
 
             why = table_content_problem(path)
         if why:

@@ -20,7 +20,7 @@ nodes over a network file system), named by the user id and ``server_key``: a di
 package's source files, the interpreter, and the environment variables read at import time
 (NUMBA_*, ARREPRO_CPU_KERNEL_ISA, PYTHONPATH). Edited code or another environment gets another
 server; an idle one exits after ``IDLE_SECONDS``. Only the same user may connect (SO_PEERCRED).
-The first client starts the server (``python -m arrepro.trainserver``, its log in the temporary
+The first client starts the server (``python -m arrepro.train.server``, its log in the temporary
 directory) under a lock, and waits for it. No server where it cannot work or would not help:
 not on Linux, inside a Slurm job (its processes end with the job), ``ARREPRO_TRAIN_SERVER=0``, a
 cell that is not on the CPU; a server that cannot be had: the job trains in its own process and
@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .config.paths import PACKAGE_ROOT, REPO_ROOT
+from arrepro.config.paths import PACKAGE_ROOT, REPO_ROOT
 
 ENV = "ARREPRO_TRAIN_SERVER"  # 0 (false, no, off): every job trains in its own process
 IDLE_ENV = "ARREPRO_TRAIN_SERVER_IDLE"  # seconds an idle server waits before it exits (tests: a few)
@@ -193,21 +193,21 @@ def _warm_up() -> None:
     of a small model of every mixer (its lazy imports, AdamW's among them, and the kernels'
     compiled variants for the layouts training hands them); digest the sources a checkpoint's
     fingerprint reads. Nothing here touches a child's numbers: each cell seeds what it draws."""
-    from . import numerics
+    from arrepro.train import numerics
 
     numerics.pin_environment()
     import torch
 
-    from .catalogue import data_sources, train_sources
-    from .digest import source_digest
-    from .models import LanguageModel, kernels
-    from .models.registry import available_mixers
+    from arrepro.config.catalogue import data_sources, train_sources
+    from arrepro.digest import source_digest
+    from arrepro.models import LanguageModel, kernels
+    from arrepro.models.registry import available_mixers
 
     numerics.settle()
     for name, k in kernels.KERNELS.items():
         if k.device == "cpu":
             kernels._cpu_kernel(name, torch.float32)
-    repo = REPO_ROOT  # as arrepro.train's fingerprint reads the sources (memoised)
+    repo = REPO_ROOT  # as arrepro.train.loop's fingerprint reads the sources (memoised)
     source_digest(data_sources(repo), repo)
     for mixer in available_mixers():
         try:
@@ -241,8 +241,8 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        from . import numerics
-        from .trainjob import train_here
+        from arrepro.train import numerics
+        from arrepro.train.job import train_here
 
         numerics.pin_environment()  # the pins, as in the server (whose torch read them)
         sys.argv = ["train_cell.py", *request["argv"]]

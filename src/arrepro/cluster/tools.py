@@ -1,5 +1,5 @@
 """External programs a run needs, checked before any job starts (not after 15 minutes of
-training): the paper's TeX engine. ``python -m arrepro.tools [--install]`` checks them; with
+training): the paper's TeX engine. ``python -m arrepro.cluster.tools [--install]`` checks them; with
 ``--install``, as root where apt-get exists, installs Debian's packages (as tests/test_paper.py
 does); otherwise it prints the one command that installs them and exits 1."""
 from __future__ import annotations

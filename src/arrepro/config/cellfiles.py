@@ -1,7 +1,7 @@
 """A training cell's files: what its trainer leaves, and the one place they are read back (pure
 Python, no torch: the Snakefile and the aggregation import it).
 
-A cell's folder (``arrepro.grid.CELL_PATTERN``) holds ``metrics.jsonl`` (one line per epoch,
+A cell's folder (``arrepro.config.grid.CELL_PATTERN``) holds ``metrics.jsonl`` (one line per epoch,
 written when the cell ends),
 ``result.json`` (written last: the cell is finished iff it exists), ``checkpoint.pt`` (its own
 sha256 in its header; train.py: while the cell trains, the model and optimiser state; once it is
@@ -39,7 +39,7 @@ with the ``flock`` mount option (``localflock`` makes them per node: two nodes c
 one cell at once) and refuses them without it. Where the file system refuses locks, training
 goes on unlocked and its log says so.
 
-A forced job starts over (``--forcerun``, ``--forceall``): arrepro.runfile.
+A forced job starts over (``--forcerun``, ``--forceall``): arrepro.train.runfile.
 """
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ import os
 import socket
 from pathlib import Path
 
-from .files import UnreadableFile, json_sha256, seal_json
-from .grid import CELL_PATTERN, fmt_lr
+from arrepro.files import UnreadableFile, json_sha256, seal_json
+from arrepro.config.grid import CELL_PATTERN, fmt_lr
 
 CHECKPOINT = "checkpoint.pt"
 WEIGHTS = "weights.pt"

@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .grid import architecture, is_replication_series  # noqa: E402
-from .tex import fmt_count, lr_label  # noqa: E402
+from arrepro.config.grid import architecture, is_replication_series  # noqa: E402
+from arrepro.report.tex import fmt_count, lr_label  # noqa: E402
 
 # Series styles by role (the paper's Fig. 2: this work solid, the replication dotted). The
 # replication's cells are often the search's own (its coarse grid inside the search's), so its
@@ -300,9 +300,9 @@ PLOTS = {"width": width_figure, "lr": lr_figure, "params": params_figure, "dynam
 def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, paths, **extra) -> None:
     if kind not in PLOTS:
         raise ValueError(f"unknown plot kind {kind!r}; known: {sorted(PLOTS)}")
-    from .aggregate import read_best_table, read_cells_table
-    from .cellfiles import read_metrics
-    from .files import read_csv
+    from arrepro.report.aggregate import read_best_table, read_cells_table
+    from arrepro.config.cellfiles import read_metrics
+    from arrepro.files import read_csv
 
     best, cells = read_best_table(best_csv), read_cells_table(cells_csv)
     # config text (a title, a series' name) is drawn as written: a '$' does not start mathtext

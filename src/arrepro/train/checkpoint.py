@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .files import atomic_write
+from arrepro.files import atomic_write
 
 HEADER = "arrepro-checkpoint sha256 {digest:64} bytes {size:020d}\n"
 HEADER_LEN = len(HEADER.format(digest="", size=0))

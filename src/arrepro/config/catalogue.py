@@ -11,8 +11,8 @@ import os
 import re
 from pathlib import Path
 
-from .config.paths import PACKAGE_ROOT, REPO_ROOT
-from .digest import PACKAGE, imports
+from arrepro.config.paths import PACKAGE_ROOT, REPO_ROOT
+from arrepro.digest import PACKAGE, imports
 
 ROOT = REPO_ROOT
 MIXERS_DIR = PACKAGE_ROOT / "models" / "mixers"
@@ -146,7 +146,7 @@ def mixer_arguments(mixer: str, root: str) -> frozenset[str] | None:
 def mixer_signature(mixer: str, root: str) -> tuple[dict, tuple] | None:
     """(each keyword argument of the mixer's constructor -> its default, ``NO_DEFAULT`` where it
     has none or it is not a literal; the requirements its file declares, ``REQUIRES``: see
-    arrepro.constraints), following a ``**kwargs`` base class in a sibling mixer file as
+    arrepro.config.constraints), following a ``**kwargs`` base class in a sibling mixer file as
     ``mixer_arguments`` does. Read with ``ast``; None where that cannot be told."""
     mixers = Path(root) / "src" / "arrepro" / "models" / "mixers"
 

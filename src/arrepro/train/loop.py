@@ -16,12 +16,12 @@ aside) that trains the cell and that generated its data; so new data, an edited 
 ``metrics.jsonl`` and then ``result.json`` are written when the cell ends (the checkpoint carries the
 metrics until then: a job that fails leaves no output for Snakemake to remove, in a folder that may
 have become read-only), atomically: result.json's presence means the cell is finished; it carries
-the checksums of itself and of ``metrics.jsonl`` (``arrepro.cellfiles``, which reads them back).
+the checksums of itself and of ``metrics.jsonl`` (``arrepro.config.cellfiles``, which reads them back).
 Just before them, the checkpoint becomes the finished cell's record: its fingerprint and training
 state, without the model and optimiser state (a few KB instead of 12 bytes a parameter), enough to
 rebuild a deleted result.json and metrics.jsonl without training; with ``keep_weights`` the final
 weights stay beside it (``weights.pt``: the model's ``state_dict``, for ``torch.load``). A forced
-cell (``forced_run``: the id of the Snakemake run that forces it, arrepro.runfile) does not resume
+cell (``forced_run``: the id of the Snakemake run that forces it, arrepro.train.runfile) does not resume
 a checkpoint of another run. A write that fails (a full disk: "no space left on <path>") leaves
 no ``.tmp`` file behind.
 One process at a time trains a cell (``cellfiles.CellLock``); the spec is checked before anything
@@ -44,15 +44,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoint, defaults, numerics
-from .cellfiles import CHECKPOINT, METRICS, RESULT, WEIGHTS, CellBusy, CellLock, metrics_text, seal
-from .checkpoint import CorruptCheckpoint
-from .config.paths import REPO_ROOT
-from .digest import file_digest, source_digest
-from .files import atomic_write, write_json_atomic, write_text_atomic
-from .catalogue import data_sources, train_sources
-from .models import LanguageModel
-from .models.kernels import describe_paths, kernels_enabled, paths_used
+from arrepro.train import checkpoint, numerics
+from arrepro.config import defaults
+from arrepro.config.cellfiles import CHECKPOINT, METRICS, RESULT, WEIGHTS, CellBusy, CellLock, metrics_text, seal
+from arrepro.train.checkpoint import CorruptCheckpoint
+from arrepro.config.paths import REPO_ROOT
+from arrepro.digest import file_digest, source_digest
+from arrepro.files import atomic_write, write_json_atomic, write_text_atomic
+from arrepro.config.catalogue import data_sources, train_sources
+from arrepro.models import LanguageModel
+from arrepro.models.kernels import describe_paths, kernels_enabled, paths_used
 
 
 class Preempted(SystemExit):
@@ -326,9 +327,9 @@ class Run:
     opt: torch.optim.Optimizer
     steps_per_epoch: int
     tag: str
-    numbers: dict  # the numerics this process runs at (arrepro.numerics.settle)
+    numbers: dict  # the numerics this process runs at (arrepro.train.numerics.settle)
     steps_run: int = 0  # by this process (stop_after_steps, the first step's kernel report)
-    forced_run: str | None = None  # the Snakemake run that forces the cell (arrepro.runfile)
+    forced_run: str | None = None  # the Snakemake run that forces the cell (arrepro.train.runfile)
     keep_weights: bool = False
     from_record: bool = False  # resumed from a finished cell's record: the model was neither loaded nor trained
 

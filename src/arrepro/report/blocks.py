@@ -71,9 +71,9 @@ def specs(grid) -> dict[str, dict]:
 
 
 def build(spec: dict):
-    """The model a cell of ``spec`` trains (arrepro.train.build_model), on the CPU."""
-    from .data import task_seq_len
-    from .train import build_model
+    """The model a cell of ``spec`` trains (arrepro.train.loop.build_model), on the CPU."""
+    from arrepro.data import task_seq_len
+    from arrepro.train.loop import build_model
 
     task = spec["task_def"]
     return build_model(spec, task["vocab_size"], task_seq_len(task))
@@ -88,7 +88,7 @@ def block_boxes(model) -> list[Box]:
     input to output. Each component comes from a module (or a flag the module's forward reads):
     ``in_proj`` feeds the gate branch when it has twice the inner width's outputs; ``conv1d`` is
     drawn where the mixer has one; the MLP where the block has one."""
-    from .models.mixers.mamba import Mamba
+    from arrepro.models.mixers.mamba import Mamba
 
     block = model.layers[0]
     m = block.mixer
@@ -235,7 +235,7 @@ def structure(specs_: dict[str, dict]) -> list[dict]:
 
 
 def write_structure(specs_: dict[str, dict], path) -> None:
-    from .files import write_json_atomic
+    from arrepro.files import write_json_atomic
 
     write_json_atomic(path, {"blocks": structure(specs_)})
 
@@ -247,7 +247,7 @@ def draw(blocks: list[dict], title: str, scale: str, paths) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import _finish
+    from arrepro.report.plots import _finish
 
     boxes = {d["model"]: [Box(**b) for b in d["boxes"]] for d in blocks}
     height = max(max(y for _, y in layout(b).values()) + 0.8 for b in boxes.values())

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import defaults
-from .config.paths import REPO_ROOT
+from arrepro.config import defaults
+from arrepro.config.paths import REPO_ROOT
 
 CELL_ROOT = "results/cells"
 CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s{seed}"
@@ -177,7 +177,7 @@ class Grid:
         bs = recipe["batch_size"]
         if isinstance(bs, int):
             return bs
-        from .data import task_seq_len
+        from arrepro.data import task_seq_len
 
         L = task_seq_len(task)
         for bound in sorted(int(k) for k in bs):  # the first bound >= L

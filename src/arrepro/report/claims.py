@@ -2,7 +2,7 @@
 inconclusive, with a row that says what was compared.
 
 A claim is a function of one experiment's tables (an object with the interface of
-``arrepro.paper.Results``: ``rows``, ``chance``) that returns a
+``arrepro.report.paper.Results``: ``rows``, ``chance``) that returns a
 ``Judgement``, or None when the experiment does not train the models the claim needs (the claim
 is then not listed). The rules, the same for every claim and stated in the paper PDF:
 
@@ -35,10 +35,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .grid import ZOO_PREFIX
-from .search.protocol import Window, wider
-from .search.thresholds import GOOD, LEARNED_MARGIN, learned_threshold
-from .tex import acc, points
+from arrepro.config.grid import ZOO_PREFIX
+from arrepro.search.protocol import Window, wider
+from arrepro.search.thresholds import GOOD, LEARNED_MARGIN, learned_threshold
+from arrepro.report.tex import acc, points
 
 MIN_DIFF = 0.10        # a difference smaller than this is never conclusive (one seed: the only bar)
 MIN_SEEDS = 3          # a verdict resting on fewer seeds is inconclusive, whatever the numbers

@@ -21,7 +21,7 @@ resumes what the forced attempt wrote. Every run rewrites the file, so a later r
 earlier run's forcing; a cell trained by hand (no ``--run-file``) is never forced.
 
 **Final weights.** ``keep_weights`` (the config key) asks each cell that finishes to keep its
-final weights (``weights.pt``, the model's parameters only: arrepro.train).
+final weights (``weights.pt``, the model's parameters only: arrepro.train.loop).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def new(forced_rules, forced_files, keep_weights: bool) -> dict:
 
 
 def write(run: dict, path: str = PATH) -> None:
-    from .files import write_json_atomic
+    from arrepro.files import write_json_atomic
 
     write_json_atomic(path, run)
 

@@ -22,12 +22,12 @@ running, as it should. Not on by default: a trainer started by hand (``nohup ...
 running when its shell exits.
 
 ``--run-file`` (the train rule's): the file in which the Snakemake run says which cells it forces
-and whether cells keep their final weights (arrepro.runfile). A forced cell trains from scratch,
+and whether cells keep their final weights (arrepro.train.runfile). A forced cell trains from scratch,
 once per run (a retry resumes the forced attempt's checkpoint). Without it, nothing is forced and
 no weights are kept.
 
 ``--server`` (the train rule's): a CPU cell trains in a child of the training server, which has
-started up once for every cell (``arrepro.trainserver``: the same code and numbers; this process
+started up once for every cell (``arrepro.train.server``: the same code and numbers; this process
 stays as the job, forwarding signals and passing on the exit status); where there is no server
 (Slurm, a GPU cell, ``ARREPRO_TRAIN_SERVER=0``) the cell trains in this process.
 """
@@ -100,9 +100,9 @@ def die_with_parent() -> None:
 def check_code(spec: dict) -> None:
     """The cell's code, once imported, is the code the workflow planned the cell with
     (arrepro.digest.check_planned_code; nothing to check for a cell trained by hand)."""
-    from .catalogue import ROOT, train_sources
-    from .digest import check_planned_code
-    from .models import get_mixer
+    from arrepro.config.catalogue import ROOT, train_sources
+    from arrepro.digest import check_planned_code
+    from arrepro.models import get_mixer
 
     mixer = spec.get("model_def", {}).get("mixer") if isinstance(spec, dict) else None
     if isinstance(mixer, str):
@@ -136,7 +136,7 @@ def main(argv=None) -> None:
         die_with_parent()
     log = JobLog(a.train_log)
     if a.server:
-        from .trainserver import run_via_server, why_not
+        from arrepro.train.server import run_via_server, why_not
 
         why = why_not(a.cell_json)
         code = run_via_server(argv, log) if why is None else None
@@ -158,8 +158,8 @@ def train_here(argv: list[str]) -> int:
 
 def _train(a: argparse.Namespace, log: JobLog) -> int:
     """The cell of ``a``, trained here: 0, or 1 after an error (printed), or 3 after a signal."""
-    from . import numerics, runfile
-    from .cellfiles import METRICS, RESULT
+    from arrepro.train import numerics, runfile
+    from arrepro.config.cellfiles import METRICS, RESULT
 
     try:  # what the Snakemake run asks of this cell
         run = runfile.read(a.run_file) if a.run_file else None
@@ -168,10 +168,10 @@ def _train(a: argparse.Namespace, log: JobLog) -> int:
         return 1
     forced = run["run"] if run and runfile.forces(run, runfile.TRAIN_RULE, [os.path.join(a.out, RESULT),
                                                                              os.path.join(a.out, METRICS)]) else None
-    numerics.pin_environment()  # before torch's first import (arrepro.train imports it)
-    from .digest import CodeChanged
-    from .files import CannotWrite
-    from .train import TrainError, train_cell  # torch: once the arguments are read
+    numerics.pin_environment()  # before torch's first import (arrepro.train.loop imports it)
+    from arrepro.digest import CodeChanged
+    from arrepro.files import CannotWrite
+    from arrepro.train.loop import TrainError, train_cell  # torch: once the arguments are read
 
     try:
         try:

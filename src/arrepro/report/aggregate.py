@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from .cellfiles import RESULT, read_result
-from .files import read_table, write_table
-from .data import task_seq_len
-from .grid import Setting
-from .search import protocol
-from .search.plans import Plan
-from .search.rounds import window_dict
-from .search.thresholds import GOOD
+from arrepro.config.cellfiles import RESULT, read_result
+from arrepro.files import read_table, write_table
+from arrepro.data import task_seq_len
+from arrepro.config.grid import Setting
+from arrepro.search import protocol
+from arrepro.search.plans import Plan
+from arrepro.search.rounds import window_dict
+from arrepro.search.thresholds import GOOD
 
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]

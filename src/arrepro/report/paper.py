@@ -30,12 +30,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from arrepro import defaults, fidelity
-from arrepro.claims import ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, judge, present, rules_text, window_of
-from arrepro.aggregate import WINDOW
-from arrepro.grid import ZOO_PREFIX, architecture, is_replication_series
+from arrepro.config import defaults
+from arrepro.report import fidelity
+from arrepro.report.claims import ATTENTION_MIXERS, CLAIMS, COPY_MAMBA, COPY_TRANSFORMER, judge, present, rules_text, window_of
+from arrepro.report.aggregate import WINDOW
+from arrepro.config.grid import ZOO_PREFIX, architecture, is_replication_series
 from arrepro.search.thresholds import GOOD, chance_level
-from arrepro.tex import fmt_count, fmt_int, pct, pct_pm, pct_range, plural, points, tex_escape, tex_lr
+from arrepro.report.tex import fmt_count, fmt_int, pct, pct_pm, pct_range, plural, points, tex_escape, tex_lr
 
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
                 "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_lrs", "parameters"]
@@ -50,7 +51,7 @@ METRIC_NAMES = {"final_accuracy": "the test accuracy after the last epoch",
 
 # --------------------------------------------------------------------------- reading
 def read_csv(path, columns: list[str], not_null=()) -> pd.DataFrame:
-    from .files import read_table
+    from arrepro.files import read_table
 
     df = read_table(path, not_null=not_null)  # its checksum, and a value on every row in ``not_null``
     missing = [c for c in columns if c not in df.columns]
@@ -212,9 +213,9 @@ def rests_on(r) -> str:
 
 
 def series_legend(series, published: bool = False) -> str:
-    """A width figure's series in words, as arrepro.plots draws them: "Solid lines, filled
+    """A width figure's series in words, as arrepro.report.plots draws them: "Solid lines, filled
     circles: the search (this work); dotted lines, open squares: replication (coarse grid)"."""
-    from .plots import series_styles, style_text
+    from arrepro.report.plots import series_styles, style_text
 
     styles = series_styles(series)
     text = cap("; ".join(f"{style_text(st)}: {tex_escape(name)}" for name, st in styles.items()))
@@ -500,7 +501,7 @@ class Results:
 
 # --------------------------------------------------------------------------- the paper's claims
 def claim_rows(results: dict[str, "Results"]) -> tuple[list[str], dict[str, str]]:
-    """The claims table's rows (arrepro.claims judges them) and ``claim/ID`` -> verdict."""
+    """The claims table's rows (arrepro.report.claims judges them) and ``claim/ID`` -> verdict."""
     rows, keys = [], {}
     for c in judge(results):
         keys[f"claim/{c['id']}"] = c["verdict"]
@@ -623,9 +624,9 @@ SUPPLEMENT_TABLES = ("setup", "overview", "claims")  # the document's own tables
 def float_numbers(meta: dict) -> dict[str, str]:
     """Every float's number, one numbering: an experiment named figN or tableN carries the paper's
     number N (its Figure N or Table N), the blocks figure the numbers of the paper's figures it
-    draws (arrepro.blocks), and the floats the paper does not have S1, S2, ... (tables and figures
+    draws (arrepro.report.blocks), and the floats the paper does not have S1, S2, ... (tables and figures
     counted apart)."""
-    from .blocks import FIGURE, PAPER_FIGURES
+    from arrepro.report.blocks import FIGURE, PAPER_FIGURES
 
     out, supplement = {}, {"table": 0, "figure": 0}
 
@@ -685,7 +686,7 @@ def _lrs_text(lrs) -> str:
 def searched(g: dict, meta: dict) -> dict | None:
     """The lr_searches entry (defaults filled in) a grid runs under the scale's protocol, or None
     for a fixed grid."""
-    from .grid import schema_defaults
+    from arrepro.config.grid import schema_defaults
 
     if meta.get("lr_protocol", "search") != "search" or not g.get("search"):
         return None
@@ -815,7 +816,7 @@ def setup_tex(meta: dict) -> str:
 
 
 def fidelity_tex(meta: dict) -> str:
-    """The paper scale's fidelity table (arrepro.fidelity), whatever the scale of this document."""
+    """The paper scale's fidelity table (arrepro.report.fidelity), whatever the scale of this document."""
     if not meta.get("paper_scale") or not meta.get("models"):
         return r"\emph{The configuration declares no paper scale.}"
     config = {"models": meta["models"], "lr_grids": meta["lr_grids"], "aggregate": {"metric": meta["metric"]},
@@ -929,7 +930,7 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
     keys["claims/n"] = fmt_int(len(rows))
     keys["claims/summary"] = claims_summary(list(claim_keys.values()), len(CLAIMS))
     if meta.get("blocks"):
-        from .blocks import PAPER_FIGURES
+        from arrepro.report.blocks import PAPER_FIGURES
 
         keys["blocks/models"] = join([model_name(m) for m in meta["blocks"]])
         drawn = [m for m in meta["blocks"] if PAPER_FIGURES[m][0]]
@@ -950,7 +951,7 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
 
 def numerics_text(cells: pd.DataFrame) -> str:
     """What the manuscript says of the CPU numerics its runs trained with: every run that did
-    not train with the pinned numerics (arrepro.numerics: another thread count, a CPU without
+    not train with the pinned numerics (arrepro.train.numerics: another thread count, a CPU without
     AVX2, an earlier attempt with other settings) is named, by its folder."""
     unpinned = sorted(cells.loc[~cells["pinned"].astype(bool), "cell_dir"])
     if not unpinned:
@@ -961,7 +962,7 @@ def numerics_text(cells: pd.DataFrame) -> str:
 
 
 def load_results(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[str, str]) -> dict[str, Results]:
-    from .aggregate import BEST_NOT_NULL, CELLS_NOT_NULL
+    from arrepro.report.aggregate import BEST_NOT_NULL, CELLS_NOT_NULL
 
     paper = (meta.get("paper_scale") or {}).get("experiments", {})
     return {exp: Results(exp, meta["experiments"][exp], read_csv(best_csvs[exp], BEST_COLUMNS, BEST_NOT_NULL),
@@ -984,8 +985,8 @@ def write_paper_inputs(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[s
 
 def grid_meta(grid, config: dict) -> dict:
     """What the paper needs from the config (the paper_numbers rule's param)."""
-    from .blocks import block_models
-    from .grid import schema_defaults
+    from arrepro.report.blocks import block_models
+    from arrepro.config.grid import schema_defaults
 
     return {"scale": grid.scale_name, "device": defaults.scale(grid.scale, "device"), "tasks": grid.scale["tasks"],
             "recipes": grid.scale["recipes"], "experiments": grid.experiments, "lr_grids": config["lr_grids"],

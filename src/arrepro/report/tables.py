@@ -3,7 +3,7 @@
 Every table reports the paper's statistic: the best, over the search's candidate learning rates,
 of the mean accuracy over every reported seed, with the std over seeds there; each row says which
 learning rates and seeds its number rests on (the best table's ``candidates`` and ``seeds``).
-Accuracies are percentages rounded by the project's one rule (``arrepro.tex.acc``).
+Accuracies are percentages rounded by the project's one rule (``arrepro.report.tex.acc``).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import textwrap
 
 import pandas as pd
 
-from . import defaults
-from .tex import acc, literal_tex, lr_label, tex_escape
+from arrepro.config import defaults
+from arrepro.report.tex import acc, literal_tex, lr_label, tex_escape
 
 
 def _pm(mean: float, std: float) -> str:
@@ -100,7 +100,7 @@ def lr_window(best: pd.DataFrame) -> pd.DataFrame:
     range its true edges can lie in, its width in decades (at least / at most), and why an edge is
     open ("range": the search range stops it; "edge": nothing tried beyond). No window where no
     learning rate reaches the good mark; "not learned" where none reaches the learned threshold."""
-    from .claims import window_of
+    from arrepro.report.claims import window_of
 
     rows = []
     for _, r in best.sort_values(["task_name", "seq_len", "model", "width", "layers"]).iterrows():
@@ -132,7 +132,7 @@ BASIS = ("Accuracy (%): the best, over the candidate learning rates, of the mean
 
 def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric: str, scale: str,
                  csv_path: str, tex_path: str) -> None:
-    from .aggregate import read_best_table
+    from arrepro.report.aggregate import read_best_table
 
     best = read_best_table(best_csv)
     if kind == "accuracy":
@@ -142,7 +142,7 @@ def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric:
     elif kind == "copy":
         df, note = copy_table(best, models), f"Copy task, string exact match. {BASIS} LR: the best candidate."
     elif kind == "lr_window":
-        from .search.thresholds import GOOD
+        from arrepro.search.thresholds import GOOD
 
         df = lr_window(best)
         note = (f"{BASIS} LR: the best candidate. Good learning rates: mean accuracy over every seed at least {100 * GOOD:g}%; an edge lies between "

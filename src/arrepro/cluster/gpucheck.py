@@ -22,10 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config.costs import MIXER_FACTOR, flops_per_token
+from arrepro.config.costs import MIXER_FACTOR, flops_per_token
 
 # Dense (no sparsity) peak throughput, TFLOP/s, from NVIDIA's data sheets: bf16 and tf32 on tensor
-# cores; fp32 on the CUDA cores (what PyTorch runs when TF32 is off, arrepro.train.autocast_for).
+# cores; fp32 on the CUDA cores (what PyTorch runs when TF32 is off, arrepro.train.loop.autocast_for).
 # Keys are matched as substrings of torch.cuda.get_device_name(), first match wins (so "H100 PCIe"
 # before "H100").
 PEAK_TFLOPS = {
@@ -61,7 +61,7 @@ def check_spec(config: dict, model: str, *, width: int, layers: int, steps: int,
                precision: str, scale: str = "paper") -> dict:
     """The cell spec of one check cell: the scale's first MQAR task and the recipe of its first
     experiment grid, shortened to ``steps`` steps of one epoch."""
-    from .config.checks import load_grid
+    from arrepro.config.checks import load_grid
 
     grid = load_grid(config, scale)
     first = next(iter(grid.experiments.values()))["grids"][0]
@@ -138,9 +138,9 @@ def run(config: dict, *, device: str, steps: int, width: int, layers: int, preci
     """Train the check cells; the table's rows and the mixers that have a kernel package."""
     import torch
 
-    from .data import save_task
-    from .models import get_mixer
-    from .train import train_cell
+    from arrepro.data import save_task
+    from arrepro.models import get_mixer
+    from arrepro.train.loop import train_cell
 
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu-check: CUDA is not available to torch "
