@@ -40,7 +40,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from arrepro.train import server  # noqa: E402
+from arrepro.train import client  # noqa: E402
 from arrepro.config.checks import load_grid  # noqa: E402
 from arrepro.data import save_task  # noqa: E402
 
@@ -129,9 +129,9 @@ def main() -> None:
         spec0 = grid.cell_spec(task, settings[0][0], settings[0][1], settings[0][2], recipe, a.lr, 0)
         save_task(spec0["task_def"], tmp / "data")
         # the new path: a server of its own (its key: this tree, this idle time), started, waited for and ended here
-        new_env = {**os.environ, "PYTHONPATH": str(new / "src"), server.IDLE_ENV: "3600"}
-        new_env.pop(server.ENV, None)
-        key = subprocess.run([sys.executable, "-c", "from arrepro.train import server; print(server.server_key())"],
+        new_env = {**os.environ, "PYTHONPATH": str(new / "src"), client.IDLE_ENV: "3600"}
+        new_env.pop(client.ENV, None)
+        key = subprocess.run([sys.executable, "-c", "from arrepro.train import client; print(client.server_key())"],
                              env=new_env, capture_output=True, text=True, check=True).stdout.strip()
         # not counted: compile (or load) each tree's numba kernels once, as a first demo cell would
         warm = tmp / "warm"
@@ -145,7 +145,7 @@ def main() -> None:
         t0, cpu0 = time.monotonic(), children_cpu()
         proc = subprocess.Popen([sys.executable, "-m", "arrepro.train.server", key], env=new_env, cwd=new,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        while (sock := server._connect(key)) is None:  # listening once warmed up
+        while (sock := client._connect(key)) is None:  # listening once warmed up
             if proc.poll() is not None:
                 sys.exit(f"the training server exited with status {proc.returncode}")
             time.sleep(0.1)
@@ -156,11 +156,11 @@ def main() -> None:
             cell = {**cell, "recipe_def": {**cell["recipe_def"], "early_stop_accuracy": None,
                                            **({"epochs": a.epochs} if a.epochs else {})}}
             old = run(command(base, cell, tmp / "data", tmp / f"old{i}", server=False), env, tmp / f"old{i}")
-            client = run(command(new, cell, tmp / "data", tmp / f"new{i}", server=True), new_env, tmp / f"new{i}")
+            asked = run(command(new, cell, tmp / "data", tmp / f"new{i}", server=True), new_env, tmp / f"new{i}")
             child = served_cpu(tmp / f"new{i}")
-            served, clients = served + child, clients + client
-            rows.append((f"{model} {width}x{layers}", old, child + client))
-            print(f"{rows[-1][0]:28} today {old:7.1f} CPU-s   new {child + client:7.1f} CPU-s   ratio {old / (child + client):.2f}",
+            served, clients = served + child, clients + asked
+            rows.append((f"{model} {width}x{layers}", old, child + asked))
+            print(f"{rows[-1][0]:28} today {old:7.1f} CPU-s   new {child + asked:7.1f} CPU-s   ratio {old / (child + asked):.2f}",
                   flush=True)
         proc.terminate()  # idle: its CPU (start-up, warm-up, children) is counted once it is waited for
         proc.wait(timeout=60)

@@ -41,6 +41,12 @@ def json_sha256(obj: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def file_sha256(path) -> str:
+    """The sha256 of a file's bytes, read in blocks (``hashlib.file_digest``)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def seal_json(obj: dict) -> dict:
     return {**obj, SEAL: json_sha256(obj)}
 
@@ -133,7 +139,7 @@ def job_log(sm):
     refused = None
     with open(sm.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         print(f"rule {sm.rule}{dict(sm.wildcards.items()) or ''}: {len(sm.input)} input file(s)", flush=True)
-        from .digest import CodeChanged, check_planned_code
+        from arrepro.digest import CodeChanged, check_planned_code
 
         try:
             code = getattr(sm.params, "code", None)

@@ -3,8 +3,7 @@
 
 rule data:
     output:
-        train="results/data/{task}/train.npz",
-        test="results/data/{task}/test.npz",
+        **data_files("{task}"),  # train, test
     params:
         code=script_code("scripts/make_data.py"),
         task=lambda wc: json.dumps({k: v for k, v in GRID.tasks[wc.task].items() if k != "name"}, sort_keys=True),

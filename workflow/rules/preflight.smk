@@ -16,10 +16,10 @@ preflight.before_dag(workflow, GRID.tasks, [t for e in EXPERIMENTS for t in GRID
 
 # Record the checksums of the datasets this run wrote (the next run's start checks them).
 onsuccess:
-    preflight.record_data(f"results/data/{t}" for t in GRID.tasks)
+    preflight.record_data(data_dir(t) for t in GRID.tasks)
     report_forced_cells()  # common.smk
 
 
 onerror:
-    preflight.record_data(f"results/data/{t}" for t in GRID.tasks)
+    preflight.record_data(data_dir(t) for t in GRID.tasks)
     report_forced_cells()

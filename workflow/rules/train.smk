@@ -11,8 +11,7 @@ rule train:
         result=CELL_RESULT,
         metrics=CELL_METRICS,
     input:
-        train="results/data/{task}/train.npz",
-        test="results/data/{task}/test.npz",
+        **data_files("{task}"),  # train, test
     params:
         code=lambda wc: train_code(mixer_of(wc)),
         cell=lambda wc: json.dumps(GRID.cell_spec(**wc), sort_keys=True),  # the config's key order changes nothing

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import math
 
-from ..config.costs import (CELL_FILE_BYTES, CHECKPOINT_BYTES_PER_PARAMETER, EPOCH_FILE_BYTES, SHARE_SLOWDOWN,
-                            WEIGHTS_BYTES_PER_PARAMETER, _size, cells_per_gpu_of, estimate_seconds, group,
-                            group_components, mem_mb, parameters, runtime_min, setting_spec, sharing)
+from arrepro.config.costs import CELL_FILE_BYTES, CHECKPOINT_BYTES_PER_PARAMETER, EPOCH_FILE_BYTES, SHARE_SLOWDOWN, WEIGHTS_BYTES_PER_PARAMETER, _size, cells_per_gpu_of, estimate_seconds, group, group_components, mem_mb, parameters, runtime_min, setting_spec, sharing
 from arrepro.config.catalogue import ROOT
-from ..config.checks import load_grid
-from ..search.rounds import Searches, search_cells, start_round
-from .packs import packs
+from arrepro.config.checks import load_grid
+from arrepro.search.rounds import Searches, search_cells, start_round
+from arrepro.cluster.packs import packs
 
 
 # ------------------------------------------------------------------------------ the plan

@@ -36,7 +36,7 @@ import functools
 import os
 
 from arrepro.config.cellfiles import RESULT
-from ..config.costs import sharing
+from arrepro.config.costs import sharing
 from arrepro.config.grid import CELL_PATTERN
 
 # a pack's marker (and its log), in the folder its cells share: npack cells per GPU, the kpack-th

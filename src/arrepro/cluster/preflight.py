@@ -30,7 +30,6 @@ parsed command line in the frame of Snakemake's ``args_to_api`` (snakemake/cli.p
 """
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
@@ -41,7 +40,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from arrepro.files import checksum_path, table_problem, write_text_atomic
+from arrepro.config.paths import DATA_ROOT
+from arrepro.files import checksum_path, file_sha256, table_problem, write_text_atomic
 
 SPLITS = ("train", "test")
 MANIFEST = "manifest.json"  # beside a task's train.npz and test.npz: {file: {sha256, size, mtime_ns}}
@@ -326,17 +326,9 @@ def holder_message(rec: dict, workdir: str | Path = ".") -> str:
 
 
 # --------------------------------------------------------------------------- datasets
-def sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _entry(path: Path) -> dict:
     st = path.stat()
-    return {"sha256": sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"sha256": file_sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def _read_manifest(folder: Path) -> dict:
@@ -375,7 +367,7 @@ def data_problem(path: Path, entry: dict | None) -> str | None:
             return None
         if st.st_size != entry.get("size"):
             return f"{st.st_size} bytes where {entry.get('size')} were written"
-        if sha256(path) != entry.get("sha256"):
+        if file_sha256(path) != entry.get("sha256"):
             return "its content differs from the checksum recorded when it was written"
         return None
     return npz_problem(path)
@@ -404,7 +396,7 @@ def record_data(folders) -> None:
             _write_manifest(folder, manifest)
 
 
-def check_data(tasks: dict[str, dict], dryrun: bool, root: str = "results/data") -> list[str]:
+def check_data(tasks: dict[str, dict], dryrun: bool, root: str = DATA_ROOT) -> list[str]:
     """Check the dataset files of ``tasks`` ({task id: definition}) that exist; regenerate a
     damaged one (not in a dry run). Returns what it found and did, one line per file."""
     from arrepro.data import save_task
@@ -433,7 +425,7 @@ def check_data(tasks: dict[str, dict], dryrun: bool, root: str = "results/data")
             save_task({k: v for k, v in task.items() if k != "name"}, tmp)
             for f, why in bad.items():
                 new, entry = tmp / f.name, manifest.get(f.name)
-                same = entry is not None and sha256(new) == entry.get("sha256")
+                same = entry is not None and file_sha256(new) == entry.get("sha256")
                 new.replace(f)
                 if same:  # byte-identical to what the cells trained on: its old time, nothing reruns
                     os.utime(f, ns=(f.stat().st_atime_ns, entry["mtime_ns"]))

@@ -1,6 +1,4 @@
-"""The config stage: a config checked before any job, and what each of its cells costs.
-
-The grid itself (arrepro.config.grid), the defaults (arrepro.config.defaults), the mixers' requirements
-(arrepro.config.constraints) and the code catalogue (arrepro.config.catalogue) are config modules too; they stay
-at the package's top level among the sources a cell's code digest covers (docs/layout.md).
+"""The config stage: config.yaml read into a grid of training cells and checked before any job,
+the defaults, the mixers' requirements, the code catalogue (which files make which cell), what
+each cell costs, where its files and a dataset's files live.
 """

@@ -10,9 +10,10 @@ import re
 
 from arrepro.config.catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
 from arrepro.config.constraints import names_in, unmet
-from ..data import task_seq_len, task_spec
+from arrepro.data import task_seq_len, task_spec
 from arrepro.config.grid import ConfigError, Grid
-from .costs import memory_problem
+from arrepro.config.paths import data_dir
+from arrepro.config.costs import memory_problem
 
 
 def load_grid(config: dict, scale: str | None = None) -> Grid:
@@ -211,7 +212,7 @@ def _check_paths(grid) -> None:
     base = f"scales.{grid.scale_name}"
     check_path(grid.out, "scale")
     for name, tid in grid.task_names.items():
-        check_path(f"results/data/{tid}", f"{base}.tasks.{name}")
+        check_path(data_dir(tid), f"{base}.tasks.{name}")
     seen = set()
     for exp, e in grid.experiments.items():
         for name in grid.outputs(exp):

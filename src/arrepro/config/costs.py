@@ -74,7 +74,7 @@ import math
 from dataclasses import dataclass
 
 from arrepro.config import defaults
-from ..data import task_seq_len
+from arrepro.data import task_seq_len
 
 # ------------------------------------------------------------------------------ constants
 MAX_RUNTIME_MIN = 24 * 60  # a retry never asks for more than this; raise it if your partition allows

@@ -1,15 +1,13 @@
 """Where a scale's shared files live and how the workflow names their contents, where arrepro.config.grid
 (the cells' folders, a scale's outputs) does not say: a dataset's folder, shared by every scale
-that defines the task alike (``results/data/<task id>``: its train.npz and test.npz), and a file's
-sha256, which the workflow's own records keep (a dataset's manifest, the cell results a search's
-plan read: arrepro.cluster.preflight, arrepro.search.plans).
-
-(The train and data rules' shell commands spell the dataset's folder themselves: a rule's shell
-text is part of what decides whether Snakemake reruns its jobs.)
+that defines the task alike (``results/data/<task id>``: its train.npz and test.npz; the data and
+train rules, the config checks and preflight read it here), and the package's and the
+repository's own folders. (The data and train rules' shell commands spell the dataset's folder
+too: a command's text is part of what decides whether Snakemake reruns a job, so changing them
+would retrain every cell.)
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 # the package's folder (src/arrepro) and the repository's: one home, so that no module finds them
@@ -29,9 +27,3 @@ def data_dir(task: str) -> str:
 def data_files(task: str) -> dict[str, str]:
     """A dataset's files, by split: ``{"train": .../train.npz, "test": .../test.npz}``."""
     return {split: f"{data_dir(task)}/{split}.npz" for split in SPLITS}
-
-
-def file_sha256(path) -> str:
-    """The sha256 of a file's bytes, read in blocks (``hashlib.file_digest``)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_write
-from .mqar import MQARSpec, make_splits
+from arrepro.files import atomic_write
+from arrepro.data.mqar import MQARSpec, make_splits
 
 
 def task_spec(task: dict):
@@ -19,7 +19,7 @@ def task_spec(task: dict):
         return MQARSpec(task["vocab_size"], task["seq_len"], task["num_kv_pairs"],
                         task.get("power_a", 0.01), task.get("random_non_queries", False))
     if kind == "copy":
-        from .copying import CopySpec
+        from arrepro.data.copying import CopySpec
 
         return CopySpec(**{k: v for k, v in task.items() if k in CopySpec.__dataclass_fields__})
     raise ValueError(f"task kind: unknown {kind!r}")
@@ -42,7 +42,7 @@ def make_task(task: dict) -> dict[str, dict[str, np.ndarray]]:
         splits = make_splits(spec, task["n_train"], task["n_test"], task["seed"])
         vocab = task["vocab_size"]
     else:
-        from .copying import make_copy_splits
+        from arrepro.data.copying import make_copy_splits
 
         splits = make_copy_splits(spec, task["n_train"], task["n_test"], task["seed"])
         vocab = spec.total_vocab

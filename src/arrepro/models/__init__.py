@@ -1,4 +1,4 @@
-from .backbone import LanguageModel
-from .registry import MIXERS, available_mixers, get_mixer, register
+from arrepro.models.backbone import LanguageModel
+from arrepro.models.registry import MIXERS, available_mixers, get_mixer, register
 
 __all__ = ["LanguageModel", "MIXERS", "available_mixers", "get_mixer", "register"]

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from arrepro.config import defaults
-from .ops import MLP, TiedHead, apply_rotary, rotary_tables, sinusoidal_table, use_fused_linears
-from .registry import get_mixer
+from arrepro.models.ops import MLP, TiedHead, apply_rotary, rotary_tables, sinusoidal_table, use_fused_linears
+from arrepro.models.registry import get_mixer
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope")
 IGNORE = -100

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kernels import KernelMixer
+from arrepro.models.kernels import KernelMixer
 
 
 class ShortConv(KernelMixer):

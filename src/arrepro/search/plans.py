@@ -28,9 +28,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from ..config.paths import file_sha256
-from ..files import SEAL, UnreadableFile, sealed_problem, write_sealed_json
-from .protocol import Round
+from arrepro.files import SEAL, file_sha256, UnreadableFile, sealed_problem, write_sealed_json
+from arrepro.search.protocol import Round
 
 MADE_FROM = "made_from"
 HASH_CHARS = 16  # of a result's sha256 in a plan's record (a plan lists every cell it read)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from arrepro.config.cellfiles import RESULT
 from arrepro.config.grid import Setting
-from .protocol import means
-from .rounds import Searches, read_accuracy
+from arrepro.search.protocol import means
+from arrepro.search.rounds import Searches, read_accuracy
 
 
 def _stat(results: dict, lrs, seeds) -> tuple[float, float, float]:

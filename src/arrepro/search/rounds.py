@@ -32,11 +32,11 @@ import math
 from dataclasses import dataclass
 
 from arrepro.config.cellfiles import RESULT, read_result
-from ..config.costs import GROUP_TIERS, group, setting_spec
+from arrepro.config.costs import GROUP_TIERS, group, setting_spec
 from arrepro.config.grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
-from .plans import Plan, write_report
-from .protocol import Round, SearchSpec, State, cells_of, decide, state_window
-from .thresholds import GOOD, chance_level, learned_threshold
+from arrepro.search.plans import Plan, write_report
+from arrepro.search.protocol import Round, SearchSpec, State, cells_of, decide, state_window
+from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 PROTOCOLS = ("search", "grid")
 SEARCH_DEFAULTS = schema_defaults("search")  # an lr_searches entry's defaults: the config schema's

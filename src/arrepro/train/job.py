@@ -136,7 +136,7 @@ def main(argv=None) -> None:
         die_with_parent()
     log = JobLog(a.train_log)
     if a.server:
-        from arrepro.train.server import run_via_server, why_not
+        from arrepro.train.client import run_via_server, why_not
 
         why = why_not(a.cell_json)
         code = run_via_server(argv, log) if why is None else None

@@ -29,161 +29,18 @@ its log says why.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
-import json
 import os
 import selectors
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from arrepro.config.paths import PACKAGE_ROOT, REPO_ROOT
-
-ENV = "ARREPRO_TRAIN_SERVER"  # 0 (false, no, off): every job trains in its own process
-IDLE_ENV = "ARREPRO_TRAIN_SERVER_IDLE"  # seconds an idle server waits before it exits (tests: a few)
-IDLE_SECONDS = 120
-START_SECONDS = 600  # a fresh clone's first start compiles the fused kernels (minutes on a loaded machine)
-IMPORT_ENV = ("PYTHONPATH", "ARREPRO_CPU_KERNEL_ISA", IDLE_ENV)  # and every NUMBA_* variable
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+from arrepro.config.paths import REPO_ROOT
 
 
-def server_key() -> str:
-    """What a server must share with a job to train its cell: the package's code (every .py file
-    under it, and scripts/train_cell.py where it is at hand), the interpreter, and the import-time
-    environment."""
-    h = hashlib.sha256()
-    files = sorted(PACKAGE_ROOT.rglob("*.py")) + [p for p in [REPO_ROOT / "scripts" / "train_cell.py"] if p.exists()]
-    for f in files:
-        h.update(str(f).encode() + b"\0" + f.read_bytes() + b"\0")
-    env = {k: v for k, v in sorted(os.environ.items()) if k in IMPORT_ENV or k.startswith("NUMBA_")}
-    h.update(json.dumps([sys.executable, sys.version, env]).encode())
-    return h.hexdigest()[:20]
-
-
-def _address(key: str) -> str:
-    return f"\0arrepro-trainer-{os.getuid()}-{key}"
-
-
-def _side_file(key: str, ext: str) -> Path:
-    return Path(tempfile.gettempdir()) / f"arrepro-trainer-{os.getuid()}-{key}.{ext}"
-
-
-def why_not(spec_json: str) -> str | None:
-    """Why this job trains in its own process rather than through a server (None: it may use one)."""
-    if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off"):
-        return f"{ENV}={os.environ[ENV]}"
-    if not sys.platform.startswith("linux"):
-        return "not Linux (the server's socket is in Linux's abstract namespace)"
-    if os.environ.get("SLURM_JOB_ID"):
-        return "inside a Slurm job (a server would end with the job)"
-    try:
-        device = json.loads(spec_json).get("device", "cpu")
-    except (ValueError, AttributeError):
-        return "the cell spec is not a JSON object (the trainer reports it)"
-    return None if device == "cpu" else f"device {device!r}: the server trains CPU cells"
-
-
-# ------------------------------------------------------------------------------------- the client
-def _send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
-    """One message: a line of JSON (with ``fds`` passed along, SCM_RIGHTS)."""
-    socket.send_fds(sock, [json.dumps(message).encode() + b"\n"], list(fds))
-
-
-def _recv_request(sock: socket.socket) -> tuple[dict | None, list[int]]:
-    """A client's request (one line of JSON) and the two file descriptors it came with."""
-    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
-    while data and not data.endswith(b"\n"):
-        more = sock.recv(1 << 16)
-        if not more:
-            return None, fds
-        data += more
-    return (json.loads(data) if data else None), fds
-
-
-def _connect(key: str) -> socket.socket | None:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(_address(key))
-        return s
-    except OSError:
-        s.close()
-        return None
-
-
-def _start(key: str, log) -> socket.socket | None:
-    """The server's connection, starting the server if none answers (under a lock: one start)."""
-    sock = _connect(key)
-    if sock is not None:
-        return sock
-    with open(_side_file(key, "lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        sock = _connect(key)
-        if sock is not None:
-            return sock
-        with open(_side_file(key, "log"), "a") as out:
-            proc = subprocess.Popen([sys.executable, "-m", __spec__.name, key], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-        log(f"started a training server (pid {proc.pid}; its log: {_side_file(key, 'log')})")
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            sock = _connect(key)
-            if sock is not None:
-                return sock
-            if proc.poll() is not None:
-                log(f"the training server exited with status {proc.returncode} before it answered "
-                    f"(see {_side_file(key, 'log')})")
-                return None
-            time.sleep(0.05)
-        log(f"the training server did not answer within {START_SECONDS} s")
-        return None
-
-
-def run_via_server(argv: list[str], log) -> int | None:
-    """Train the cell of ``argv`` (train_cell.py's arguments) in a child of the server: its exit
-    status, or None where no server could be had (the caller then trains in its own process)."""
-    key = server_key()
-    try:
-        sock = _start(key, log)
-    except OSError as e:
-        log(f"no training server ({e}): training in this process")
-        return None
-    if sock is None:
-        return None
-    child = {"pid": None, "pending": None}
-
-    def forward(signum, _frame):
-        if child["pid"] is None:
-            child["pending"] = signum  # sent once the child's pid is known
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child["pid"], signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    try:
-        with sock, sock.makefile("rb") as replies:
-            _send(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}, [1, 2])
-            for line in replies:
-                message = json.loads(line)
-                if "pid" in message:
-                    child["pid"] = message["pid"]
-                    if child["pending"] is not None:
-                        forward(child["pending"], None)
-                if "exit" in message:
-                    log(f"the cell's process (pid {child['pid']}, a child of the training server) used "
-                        f"{message.get('cpu_seconds', float('nan')):.2f} CPU-seconds")
-                    return int(message["exit"])
-            print("train_cell.py: error: the training server closed the connection before the cell ended "
-                  f"(see {_side_file(key, 'log')})", file=sys.stderr, flush=True)
-            return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+from arrepro.train.client import FORWARDED, IDLE_ENV, IDLE_SECONDS, _address, _recv_request, _send
 
 
 # ------------------------------------------------------------------------------------- the server

@@ -22,8 +22,8 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from .common import CODEGEN, K, check_codegen, exp
-from .linear_cpu import _gemm
+from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, exp
+from arrepro.models.cpu_kernels.linear_cpu import _gemm
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 

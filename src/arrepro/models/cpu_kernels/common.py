@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from . import ISA
+from arrepro.models.cpu_kernels import ISA
 
 _NAMES = {"": "x86-64 (SSE2)", ISA["avx2"]: "x86-64 + AVX2, no FMA"}
 CODEGEN = (f"numba {numba.__version__}, {numba.config.CPU_NAME or 'host'} "

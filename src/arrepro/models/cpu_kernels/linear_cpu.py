@@ -27,7 +27,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from torch.autograd.function import once_differentiable
 
-from .common import CODEGEN, check_codegen
+from arrepro.models.cpu_kernels.common import CODEGEN, check_codegen
 
 VECTOR_BYTES = 32  # an AVX2 register; LLVM splits it in two on the SSE2 build (the same bits)
 

@@ -19,10 +19,10 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from .common import CODEGEN, TWENTY, K, check_codegen, exp, sigmoid, softplus
-from .linear_cpu import _column_sums, _gemm, _weight_grad
-from .selective_scan_cpu import _s6_backward, _s6_forward
-from .short_conv_cpu import _conv, _conv_backward, silu_grad
+from arrepro.models.cpu_kernels.common import CODEGEN, TWENTY, K, check_codegen, exp, sigmoid, softplus
+from arrepro.models.cpu_kernels.linear_cpu import _column_sums, _gemm, _weight_grad
+from arrepro.models.cpu_kernels.selective_scan_cpu import _s6_backward, _s6_forward
+from arrepro.models.cpu_kernels.short_conv_cpu import _conv, _conv_backward, silu_grad
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
@@ -219,7 +219,7 @@ def self_check(dtype: torch.dtype = torch.float32) -> str:
     """Compile (or load from numba's cache) the kernel for ``dtype`` and check it, with and without
     its conv and its gate, against the portable Mamba mixer in fp64 (output and every gradient),
     on a length that is not a multiple of 8; raises if anything is off."""
-    from ..mixers.mamba import Mamba
+    from arrepro.models.mixers.mamba import Mamba
 
     check_codegen()
     g = torch.Generator().manual_seed(0)

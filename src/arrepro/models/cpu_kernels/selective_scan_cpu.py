@@ -9,7 +9,7 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from .common import CODEGEN, K, S, arrays, check_codegen, exp, striped_sum
+from arrepro.models.cpu_kernels.common import CODEGEN, K, S, arrays, check_codegen, exp, striped_sum
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 

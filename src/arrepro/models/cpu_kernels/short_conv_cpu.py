@@ -18,8 +18,8 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from .common import CODEGEN, K, check_codegen, sigmoid
-from .linear_cpu import _column_sums
+from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, sigmoid
+from arrepro.models.cpu_kernels.linear_cpu import _column_sums
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
@@ -142,7 +142,7 @@ def self_check(dtype: torch.dtype = torch.float32) -> str:
     """Compile (or load from numba's cache) the kernel for ``dtype`` and check it, with and without
     SiLU and bias, against the portable ShortConv in fp64 (output and gradients), on a length
     shorter than the kernel and one longer; raises if anything is off."""
-    from ..ops import ShortConv
+    from arrepro.models.ops import ShortConv
 
     check_codegen()
     g = torch.Generator().manual_seed(0)

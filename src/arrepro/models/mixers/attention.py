@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from arrepro.config.constraints import require
-from ..kernels import KernelMixer, compute_dtype
-from ..ops import ShortConv, apply_rotary, rotary_tables
-from ..registry import register
+from arrepro.models.kernels import KernelMixer, compute_dtype
+from arrepro.models.ops import ShortConv, apply_rotary, rotary_tables
+from arrepro.models.registry import register
 
 
 # The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job

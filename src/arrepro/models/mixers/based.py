@@ -43,9 +43,9 @@ import torch
 from torch import nn
 
 from arrepro.config.constraints import require
-from ..kernels import KernelMixer, compute_dtype, fla_layout_kwargs
-from ..ops import ShortConv
-from ..registry import register
+from arrepro.models.kernels import KernelMixer, compute_dtype, fla_layout_kwargs
+from arrepro.models.ops import ShortConv
+from arrepro.models.registry import register
 
 
 def taylor_feature_map(x: torch.Tensor) -> torch.Tensor:

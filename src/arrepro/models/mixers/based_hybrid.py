@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from arrepro.config.constraints import require
-from ..ops import ShortConv
-from ..registry import register
-from .based import Based
+from arrepro.models.ops import ShortConv
+from arrepro.models.registry import register
+from arrepro.models.mixers.based import Based
 
 
 # The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job

@@ -44,9 +44,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from arrepro.config.constraints import require
-from ..kernels import KernelMixer, compute_dtype, fla_layout_kwargs
-from ..ops import ShortConv
-from ..registry import register
+from arrepro.models.kernels import KernelMixer, compute_dtype, fla_layout_kwargs
+from arrepro.models.ops import ShortConv
+from arrepro.models.registry import register
 
 
 L2_EPS = 1e-6  # as fla's l2norm: x / sqrt(sum x^2 + eps)

@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..registry import register
-from .deltanet import DeltaNet
+from arrepro.models.registry import register
+from arrepro.models.mixers.deltanet import DeltaNet
 
 
 @register("gated_deltanet")

@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from arrepro.config.constraints import require
-from ..ops import fft_causal_conv
-from ..registry import register
+from arrepro.models.ops import fft_causal_conv
+from arrepro.models.registry import register
 
 
 # The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job

@@ -39,8 +39,8 @@ import torch
 from torch import nn
 
 from arrepro.config.constraints import require
-from ..ops import ShortConv, fft_causal_conv
-from ..registry import register
+from arrepro.models.ops import ShortConv, fft_causal_conv
+from arrepro.models.registry import register
 
 
 class Sin(nn.Module):

@@ -44,9 +44,9 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from arrepro.config.constraints import require
-from ..kernels import KernelMixer
-from ..ops import ShortConv
-from ..registry import register
+from arrepro.models.kernels import KernelMixer
+from arrepro.models.ops import ShortConv
+from arrepro.models.registry import register
 
 
 # --------------------------------------------------------------------------- the chunked scan

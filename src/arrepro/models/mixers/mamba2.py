@@ -36,9 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from arrepro.config.constraints import require
-from ..kernels import KernelMixer
-from ..ops import ShortConv
-from ..registry import register
+from arrepro.models.kernels import KernelMixer
+from arrepro.models.ops import ShortConv
+from arrepro.models.registry import register
 
 
 def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Tensor, Cm: torch.Tensor,

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..registry import register
+from arrepro.models.registry import register
 
 
 def _token_shift(x: torch.Tensor) -> torch.Tensor:
