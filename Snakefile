@@ -16,7 +16,7 @@ min_version("9.0")
 ROOT = Path(workflow.basedir)
 sys.path.insert(0, str(ROOT / "src"))
 
-from arrepro.cluster import smkgroups  # noqa: E402
+from arrepro.cluster import internals  # noqa: E402
 from arrepro.config.checks import check_lr_lists  # noqa: E402
 from arrepro.config.grid import ConfigError  # noqa: E402
 from arrepro.cluster.preflight import (ConfigFileError, check_config_file, command_line_config, config_error,  # noqa: E402
@@ -39,7 +39,7 @@ update_config(config, COMMAND_LINE)  # (Snakemake reads a --config mapping's num
 
 share_package(ROOT)
 
-smkgroups.install()  # Slurm bundles as the profile's group-components asks (Snakemake 9's merge fix)
+internals.install_group_components()  # Slurm bundles as the profile's group-components asks (Snakemake 9's merge fix)
 
 try:  # learning-rate lists explained (and YAML's 1e-3 taken as the number it is), then the schema
     check_lr_lists(config)
@@ -86,14 +86,11 @@ rule all:
 # The paper needs a TeX engine: say so before the first job, not after hours of training. (In a
 # conda deployment, envs/paper.yaml brings tectonic.) `make demo` installs it where it can.
 onstart:
-    from snakemake_interface_executor_plugins.settings import DeploymentMethod
     from arrepro.cluster.tools import missing_tex
 
-    if DeploymentMethod.CONDA not in workflow.deployment_settings.deployment_method and any(
-        job.rule.name == "paper" for job in workflow.dag.needrun_jobs()
-    ):
+    if not internals.uses_conda(workflow) and any(job.rule.name == "paper" for job in internals.needrun_jobs(workflow)):
         problem = missing_tex()
         if problem:
             raise WorkflowError(f"stopping before any job: {problem}")
-    preflight.stop_if_unwritable(workflow.dag.needrun_jobs())  # a read-only folder: one line, not a crash
+    preflight.stop_if_unwritable(internals.needrun_jobs(workflow))  # a read-only folder: one line, not a crash
     record_run()  # which cells this run forces to start over (workflow/rules/common.smk)

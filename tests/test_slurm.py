@@ -158,7 +158,7 @@ def test_only_small_cells_are_grouped(config):
 def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
     """A dry run of one experiment of the paper grid through the profile: its learning-rate
     searches' round 0 is what `arrepro.cluster.budget` counts, and every training cell runs in exactly
-    one group job of its size class, as the plan's bundles. Without arrepro.cluster.smkgroups (Snakemake
+    one group job of its size class, as the plan's bundles. Without arrepro.cluster.internals (Snakemake
     9.27 merges the bundles again on each DAG update) it formed 59-73 group jobs where the plan
     has 116, and listed 46 of the 480 cells in two of them."""
     grid, _ = paper_specs(config)

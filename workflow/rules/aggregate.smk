@@ -12,7 +12,7 @@ rule aggregate:
         results=lambda wc: cell_results(searched_cells(wc.exp)),
     params:
         code=script_code("scripts/aggregate.py"),
-        series=lambda wc: experiment_series(wc.exp),
+        series=lambda wc: SEARCHES.experiment_series(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
         task_names={tid: t["name"] for tid, t in GRID.tasks.items()},  # cells carry no scale's names
     log:

@@ -6,7 +6,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from arrepro.cluster import packs
+from arrepro.cluster import internals, packs
 from arrepro.config import costs  # wall time, memory and group of a cell
 from arrepro.search.plans import Plan
 from arrepro.search.rounds import Searches, round_cells, search_cells
@@ -14,6 +14,7 @@ from arrepro.report import blocks
 from arrepro.train import runfile
 from arrepro.digest import record_planned, source_digest
 from arrepro.config.catalogue import script_sources, train_sources
+from arrepro.config.cellfiles import METRICS, RESULT
 from arrepro.config.checks import load_grid
 from arrepro.config.grid import CELL_PATTERN, ConfigError, one_of
 from arrepro.config.paths import data_dir, data_files
@@ -37,8 +38,8 @@ TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
 # the paper's Figs. 8-10 (arrepro.report.blocks): the Mamba blocks this scale trains, drawn from their modules
 BLOCK_SPECS = blocks.specs(GRID)
 BLOCK_FIGURE = [f"{OUT}/{blocks.FIGURE}.{x}" for x in ("pdf", "png")] if BLOCK_SPECS else []
-CELL_RESULT = f"{CELL_PATTERN}/result.json"
-CELL_METRICS = f"{CELL_PATTERN}/metrics.jsonl"
+CELL_RESULT = f"{CELL_PATTERN}/{RESULT}"
+CELL_METRICS = f"{CELL_PATTERN}/{METRICS}"
 
 
 def code(*paths):
@@ -66,30 +67,13 @@ def train_code(mixer):
 
 
 def missing_cell_files():
-    """The result and metrics files that do not exist now, of the cells of experiments whose
-    tables do, as their searches' last plans list them (an experiment without its tables is
-    rebuilt anyway, with every missing cell: on a fresh run this lists nothing, and the planning
-    stays as fast)."""
-    from arrepro.files import UnreadableFile
-
-    built = [e for e in EXPERIMENTS if all(os.path.exists(f) for f in GRID.tables(e))]
-    plans, cells = {}, {}
-    for e in built:
-        for _, s in SEARCHES.of_experiment(e):
-            path = Plan.path(OUT, s.group, SEARCHES.final_round(s.group))
-            if path not in plans:
-                try:
-                    plans[path] = Plan.read(path) if os.path.exists(path) else None
-                except UnreadableFile:
-                    plans[path] = None
-            if plans[path] is not None and s.key in plans[path].searches:
-                cells.update(dict.fromkeys(search_cells(s, plans[path].rounds(s.key))))
-    files = (f"{c.path}/{name}" for c in cells for name in ("result.json", "metrics.jsonl"))
-    return [f for f in files if not os.path.exists(f)]
+    """The result and metrics files that do not exist now of the cells of experiments whose tables
+    do (arrepro.search.rounds.Searches.missing_cell_files)."""
+    return SEARCHES.missing_cell_files([e for e in EXPERIMENTS if all(os.path.exists(f) for f in GRID.tables(e))])
 
 
 def cell_results(cells):
-    return [f"{c.path}/result.json" for c in cells]
+    return [f"{c.path}/{RESULT}" for c in cells]
 
 
 def mixer_of(wc):
@@ -132,14 +116,6 @@ def final_plans(groups):
 def searched_cells(exp):
     """The cells of an experiment's searches, every round's, from its groups' last plans."""
     return SEARCHES.experiment_cells(exp, final_plans(SEARCHES.experiment_groups(exp)))
-
-
-def experiment_series(exp):
-    """Each series of an experiment and the searches of its grids, in config order."""
-    series = {}
-    for name, s in SEARCHES.of_experiment(exp):
-        series.setdefault(name, []).append(s.key)
-    return [{"series": k, "searches": list(dict.fromkeys(v))} for k, v in series.items()]
 
 
 # results/fig1.pdf etc.: links to the outputs of this scale (workflow/rules/current.smk)
@@ -187,7 +163,7 @@ def dynamics_cells(exp):
     waits for the experiment's searches without hiding the figure's tables from the DAG."""
     if GRID.experiments[exp].get("plot") != "dynamics":
         return []
-    return [f"{c.path}/{name}" for c in searched_cells(exp) for name in ("result.json", "metrics.jsonl")]
+    return [f"{c.path}/{name}" for c in searched_cells(exp) for name in (RESULT, METRICS)]
 
 
 RUN = None  # this run's record for its train jobs (record_run)
@@ -202,10 +178,10 @@ def record_run():
     global RUN
     if workflow.touch:
         return
-    RUN = runfile.of_workflow(workflow, config.get("keep_weights", False))
+    RUN = runfile.new(*internals.forced(workflow), config.get("keep_weights", False))
     runfile.write(RUN)
     if RUN["forced_rules"] or RUN["forced_files"]:
-        n = runfile.forced_train_jobs(workflow, RUN)
+        n = internals.forced_train_jobs(workflow, RUN)
         print(f"forced run {RUN['run']}: {n} forced cell(s) train from scratch (their checkpoints are not resumed), "
               "and so will the forced cells the searches' later rounds add; the end of the run says how many did",
               file=sys.stderr)
@@ -214,5 +190,5 @@ def record_run():
 def report_forced_cells():
     """At the end of a run (onsuccess, onerror): how many forced cells trained from scratch."""
     if RUN is not None and (RUN["forced_rules"] or RUN["forced_files"]):
-        n = runfile.forced_train_jobs(workflow, RUN, finished=True)
+        n = internals.forced_train_jobs(workflow, RUN, finished=True)
         print(f"forced run {RUN['run']}: {n} forced cell(s) trained from scratch", file=sys.stderr)

@@ -18,19 +18,17 @@ one or a few lines, and a damaged derived file is rebuilt instead of being used.
   recorded modification time back, so that no cell trained on it is planned again;
 * ``damaged_tables``: the derived tables against the checksum their writer stored beside them
   (``arrepro.files.write_table``), or, without one, against what their readers need; one that
-  fails (truncated, edited) is rebuilt (``force_rebuild``), with what the targets need of it; so
+  fails (truncated, edited) is rebuilt (``internals.force_rebuild``), with what the targets need of it; so
   are the learning-rate search's stale or damaged plans and decision files (``arrepro.search.plans``) and
   a ``results/NAME`` that is not the workflow's link (``foreign_links``);
 * ``stop_if_unwritable`` (the Snakefile's onstart, once the DAG is built): a folder a job about
   to run must write in and cannot, in one line (Snakemake would crash removing old outputs there).
 
 Which Snakemake command runs (a dry run, a real run, or no run at all: --lint, --unlock, ...)
-is not part of Snakemake's API when the Snakefile is read: ``invocation`` reads it from the
-parsed command line in the frame of Snakemake's ``args_to_api`` (snakemake/cli.py, Snakemake 9).
+is not part of Snakemake's API when the Snakefile is read: arrepro.cluster.internals reads it.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import re
@@ -40,21 +38,13 @@ import time
 import zipfile
 from pathlib import Path
 
+from arrepro.cluster import internals
 from arrepro.config.paths import DATA_ROOT
 from arrepro.files import checksum_path, file_sha256, table_problem, write_text_atomic
 
 SPLITS = ("train", "test")
 MANIFEST = "manifest.json"  # beside a task's train.npz and test.npz: {file: {sha256, size, mtime_ns}}
 RUN_RECORD = ".snakemake/arrepro-run.json"  # the Snakemake run that last started jobs in this folder
-
-
-# --------------------------------------------------------------------------- which command runs
-# Snakemake commands that read the Snakefile but run no job (snakemake/cli.py, args_to_api)
-NOT_A_RUN = ("lint", "list_target_rules", "list_rules", "print_compilation", "containerize", "generate_unit_tests",
-             "dag", "rulegraph", "filegraph", "d3dag", "unlock", "cleanup_metadata", "conda_cleanup_envs",
-             "conda_create_envs_only", "list_conda_envs", "cleanup_shadow", "container_cleanup_images", "list_changes",
-             "list_input_changes", "list_params_changes", "list_untracked", "summary", "detailed_summary", "archive",
-             "delete_all_output", "delete_temp_output")
 
 
 def share_package(root) -> None:
@@ -67,26 +57,6 @@ def share_package(root) -> None:
 
     os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(root) / "src"), os.environ.get("PYTHONPATH", "")])
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
-
-
-def invocation() -> dict | None:
-    """``{"executor": name, "dryrun": bool}`` while the ``snakemake`` command reads the Snakefile
-    to run the workflow (``-n`` included); None for commands that run no job (--lint, --unlock,
-    --report, --summary, ...) and where Snakemake is not run from its command line. Read from
-    the parsed arguments in the frame of Snakemake's ``args_to_api`` (snakemake/cli.py, 9.x):
-    Snakemake reads the Snakefile before it tells the workflow what it will do."""
-    frame = inspect.currentframe()
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "args_to_api" and code.co_filename.endswith(os.path.join("snakemake", "cli.py")):
-            args = frame.f_locals.get("args")
-            if args is None or any(getattr(args, k, None) for k in NOT_A_RUN):
-                return None
-            if getattr(args, "reporter", None) and not getattr(args, "report_after_run", False):
-                return None
-            return {"executor": getattr(args, "executor", None) or "local", "dryrun": bool(getattr(args, "dryrun", False))}
-        frame = frame.f_back
-    return None
 
 
 def say(message: str) -> None:
@@ -462,24 +432,6 @@ def damaged_tables(paths) -> dict[Path, str]:
     return bad
 
 
-def force_rebuild(paths) -> bool:
-    """Add ``paths`` to the ``--forcerun`` files of the Snakemake command reading the Snakefile
-    (its DAGSettings, in the frame of Snakemake's ``WorkflowApi.dag``): Snakemake then rebuilds
-    them, and whatever the targets need downstream of them, in a dry run too. (Moving a damaged
-    table away is not enough: Snakemake rebuilds a missing file only for a job that must run
-    anyway.) False where there is no such frame."""
-    from snakemake.settings.types import DAGSettings
-
-    frame = inspect.currentframe()
-    while frame is not None:
-        settings = frame.f_locals.get("dag_settings")
-        if isinstance(settings, DAGSettings):
-            settings.forcerun = frozenset(settings.forcerun or ()) | {str(p) for p in paths}
-            return True
-        frame = frame.f_back
-    return False
-
-
 # --------------------------------------------------------------------------- the workflow's hook
 def unwritable_folders(paths) -> dict[str, str]:
     """The existing folders of ``paths`` (the outputs of the jobs about to run) that refuse a new
@@ -539,7 +491,7 @@ def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = "
     foreign links), and say so."""
     from snakemake.exceptions import WorkflowError
 
-    run = invocation()
+    run = internals.invocation()
     if run is None or getattr(workflow.exec_mode, "name", "DEFAULT") != "DEFAULT":
         return
     problem = missing_software(workflow.deployment_settings.deployment_method, run)
@@ -556,7 +508,7 @@ def before_dag(workflow, tasks: dict[str, dict], tables, workdir: str | Path = "
     for note in check_data(tasks, run["dryrun"]):
         say(note)
     bad = {**damaged_tables(tables), **(rebuild() if rebuild else {})}
-    if bad and not force_rebuild(bad):
+    if bad and not internals.force_rebuild(bad):
         raise WorkflowError("stopping before any job: " + "; ".join(f"{p}: {why}" for p, why in bad.items())
                             + ". Delete the file(s) and rerun")
     for path, why in bad.items():

@@ -29,11 +29,13 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from dataclasses import dataclass
 
-from arrepro.config.cellfiles import RESULT, read_result
+from arrepro.config.cellfiles import METRICS, RESULT, read_result
 from arrepro.config.costs import GROUP_TIERS, group, setting_spec
 from arrepro.config.grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
+from arrepro.files import UnreadableFile
 from arrepro.search.plans import Plan, write_report
 from arrepro.search.protocol import Round, SearchSpec, State, cells_of, decide, state_window
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
@@ -155,6 +157,34 @@ class Searches:
         groups (``plans``: group -> Plan)."""
         return list(dict.fromkeys(c for _, s in self.of_experiment(exp)
                                   for c in search_cells(s, plans[s.group].rounds(s.key))))
+
+    def experiment_series(self, exp: str) -> list[dict]:
+        """Each series of an experiment and the keys of its grids' searches, in config order (the
+        aggregate rule's param)."""
+        series: dict[str, list[str]] = {}
+        for name, s in self.of_experiment(exp):
+            series.setdefault(name, []).append(s.key)
+        return [{"series": k, "searches": list(dict.fromkeys(v))} for k, v in series.items()]
+
+    def missing_cell_files(self, experiments) -> list[str]:
+        """The result and metrics files that do not exist now, of the cells of ``experiments`` (the
+        Snakefile gives those whose tables exist) as their searches' last plans list them: on a
+        fresh run this lists nothing, and the planning stays as fast. An unreadable plan lists
+        nothing here (it is rebuilt, and its cells with it)."""
+        plans: dict[str, Plan | None] = {}
+        cells: dict[Cell, None] = {}
+        for e in experiments:
+            for _, s in self.of_experiment(e):
+                path = Plan.path(self.grid.out, s.group, self.final_round(s.group))
+                if path not in plans:
+                    try:
+                        plans[path] = Plan.read(path) if os.path.exists(path) else None
+                    except UnreadableFile:
+                        plans[path] = None
+                if plans[path] is not None and s.key in plans[path].searches:
+                    cells.update(dict.fromkeys(search_cells(s, plans[path].rounds(s.key))))
+        files = (f"{c.path}/{name}" for c in cells for name in (RESULT, METRICS))
+        return [f for f in files if not os.path.exists(f)]
 
     def final_round(self, group: str) -> int:
         """The round whose plan adds no cell to any search of the group: start, every round a

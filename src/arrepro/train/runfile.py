@@ -67,24 +67,3 @@ def read(path: str) -> dict:
 def forces(run: dict, rule: str, outputs) -> bool:
     """Whether the run forces a job of ``rule`` with these outputs (Snakemake's own test)."""
     return rule in run["forced_rules"] or any(os.path.normpath(str(o)) in run["forced_files"] for o in outputs)
-
-
-def of_workflow(workflow, keep_weights: bool) -> dict:
-    """The record of the run ``workflow`` (Snakemake 9's, in its onstart) is about to make: its
-    DAG's forced rules and files, less the outputs of interrupted train jobs that
-    ``--rerun-incomplete`` forced (they resume)."""
-    dag = workflow.dag
-    files = {str(f) for f in dag.forcefiles}
-    for job in dag.needrun_jobs():
-        if job.rule.name == TRAIN_RULE and files.intersection(map(str, job.output)) \
-                and workflow.async_run(workflow.persistence.incomplete(job)):
-            files.difference_update(map(str, job.output))
-    return new((r.name for r in dag.forcerules), files, keep_weights)
-
-
-def forced_train_jobs(workflow, run: dict, finished: bool = False) -> int:
-    """How many train jobs of the DAG the run forces: those still to run, or (``finished``) those
-    that ran."""
-    dag = workflow.dag
-    jobs = dag.finished_jobs if finished else dag.needrun_jobs()
-    return sum(1 for j in jobs if j.rule.name == TRAIN_RULE and forces(run, TRAIN_RULE, j.output))
