@@ -30,13 +30,13 @@ def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
     per_group: dict[str | None, int] = {}
     minutes = gpu_minutes = estimated = estimated_mps = grouped = grouped_mps = 0.0
     for c in cells:
-        spec = grid.cell_spec(**vars(c))
+        spec = grid.spec_of(c)
         n = sharing(spec, cells_per_gpu)
         members = in_pack.get(c, [c])
         g = group(spec)
         per_group[g] = per_group.get(g, 0) + 1
         # a pack's time is its longest cell's, counted once: each member adds its 1/len share
-        m = max(runtime_min(grid.cell_spec(**vars(x)), 1, cells_per_gpu) for x in members) / len(members)
+        m = max(runtime_min(grid.spec_of(x), 1, cells_per_gpu) for x in members) / len(members)
         minutes += m
         if spec.get("device") == "cuda":
             gpu_minutes += m
@@ -48,7 +48,7 @@ def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
     bundles = group_components()
     packs_per_group: dict[str, int] = {}
     for members in pack_list:
-        g = group(grid.cell_spec(**vars(members[0])))
+        g = group(grid.spec_of(members[0]))
         packs_per_group[g] = packs_per_group.get(g, 0) + 1
     components = {g: packs_per_group.get(g, n) if cells_per_gpu > 1 else n for g, n in per_group.items() if g}
     jobs = per_group.get(None, 0) + sum(math.ceil(n / bundles[g]) for g, n in components.items())
@@ -173,7 +173,7 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
         seen = set()
         print(f"{'task':>28} {'model':>16} {'w':>5} {'l':>2} {'est min':>8} {'req min':>8} {'mem MB':>7} group")
         for c in grid.all_cells():
-            spec = grid.cell_spec(**vars(c))
+            spec = grid.spec_of(c)
             key = (c.task, c.model, c.width, c.layers, c.recipe)
             if key in seen:
                 continue

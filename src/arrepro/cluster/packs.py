@@ -56,7 +56,7 @@ def packs(grid, cells_per_gpu: int, cells=None) -> dict[str, list]:
         by_setting.setdefault(c.path.rsplit("/", 1)[0], []).append(c)
     out = {}
     for setting, members in by_setting.items():
-        if sharing(grid.cell_spec(**vars(members[0])), cells_per_gpu) == 1:
+        if sharing(grid.spec_of(members[0]), cells_per_gpu) == 1:
             continue
         members = sorted(members, key=lambda c: (float(c.lr), c.seed))
         for k in range(0, len(members), cells_per_gpu):
@@ -85,7 +85,7 @@ class Packs:
 
     def spec(self, marker: str) -> dict:
         """The cell spec of the pack's first cell (all of them have the same size)."""
-        return self.grid.cell_spec(**vars(self.cells(marker)[0]))
+        return self.grid.spec_of(self.cells(marker)[0])
 
     def targets(self, wildcards=None) -> list[str]:
         """The markers ``all`` asks for: every pack with a cell still to train, and those already

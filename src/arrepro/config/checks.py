@@ -202,7 +202,7 @@ def _check_models(grid, root: str | None) -> None:
                         raise ConfigError(f"{where}.widths: model {m!r} at width {w}: {problem[1]} "
                                           f"(models.{m}.mixer_kwargs: {kwargs})")
                 cell = grid.cell(t, m, w, nl, g["recipe"], grid.lrs(g)[0], 0)
-                problem = memory_problem(grid.cell_spec(**vars(cell)))
+                problem = memory_problem(grid.spec_of(cell))
                 if problem:
                     raise ConfigError(f"{where}.widths: model {m!r} at width {w}, {nl} layer(s): {problem}")
 

@@ -299,4 +299,4 @@ WEIGHTS_BYTES_PER_PARAMETER = 4  # weights.pt: the fp32 weights (keep_weights)
 def setting_spec(grid, setting) -> dict:
     """The spec the cost model reads for every cell of a setting (``arrepro.config.grid.Setting``): a
     cell's cost does not depend on its learning rate or seed."""
-    return grid.cell_spec(**vars(setting.cell(1e-3, 0)))
+    return grid.spec_of(setting.cell(1e-3, 0))

@@ -226,6 +226,10 @@ class Grid:
             self._specs[key] = self._cell_spec(task, model, width, layers, recipe, lr, seed)
         return self._specs[key]
 
+    def spec_of(self, cell: "Cell") -> dict:
+        """A cell's spec (``cell_spec``), from the cell: the one way from a Cell to its spec."""
+        return self.cell_spec(**vars(cell))
+
     def _cell_spec(self, task, model, width, layers, recipe, lr, seed) -> dict:
         t, r, m = self.tasks[task], self.recipes[recipe], self.models[model]
         return {

@@ -66,7 +66,7 @@ def specs(grid) -> dict[str, dict]:
     out = {}
     for model, s in block_models(grid).items():
         c = grid.cell(s["task"], model, s["width"], s["layers"], s["recipe"], 1e-3, 0)
-        out[model] = grid.cell_spec(c.task, c.model, c.width, c.layers, c.recipe, c.lr, c.seed)
+        out[model] = grid.spec_of(c)
     return out
 
 
