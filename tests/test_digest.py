@@ -67,3 +67,26 @@ def test_a_name_defined_differently_in_two_files_keeps_its_file(tmp_path):
     other = "def helper(x):\n    return x - 1\n"
     base = digest(tmp_path, a=A, b=B, c=other)
     assert digest(tmp_path, a=A, b=other, c=B) != base
+
+
+def test_a_module_moved_into_a_package_keeps_its_digest(tmp_path):
+    """Issue 25: a module moved into a package and renamed, its imports rewritten (at the top and
+    inside a function, relative to absolute), is the same code; a name defined in two files still
+    counts which file its importer reads (a swap of the two is a change, also after the move)."""
+    def tree(folder, files):
+        for rel, text in files.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_text(textwrap.dedent(text))
+        return source_digest(list(files), folder)
+
+    other = "def helper(x):\n    return x - 1\n"
+    flat = {"src/arrepro/__init__.py": "", "src/arrepro/a.py": A.replace(
+        "def helper2(x):", "def helper2(x):\n    from . import c\n"), "src/arrepro/b.py": B, "src/arrepro/c.py": other}
+    moved = {"src/arrepro/__init__.py": "", "src/arrepro/stage/__init__.py": "",
+             "src/arrepro/stage/area.py": flat["src/arrepro/a.py"].replace("from .b import helper", "from arrepro.b import helper")
+             .replace("from . import c", "from arrepro.stage import c"),
+             "src/arrepro/b.py": B, "src/arrepro/stage/c.py": other}
+    base = tree(tmp_path / "flat", flat)
+    assert tree(tmp_path / "moved", moved) == base
+    swapped = {**moved, "src/arrepro/b.py": other, "src/arrepro/stage/c.py": B}
+    assert tree(tmp_path / "swapped", swapped) != base

@@ -10,8 +10,9 @@ at the top of a file or inside a function (a name they bind is defined in the se
 function from one of the files to another, splitting a module into two that are both in the
 list, or moving a module to another package changes nothing, while editing it does.
 Where two files define one name differently, both are kept, each with its file (known by what
-it defines, not by its path): an import then decides which one runs, so moving either definition
-to another file is a change, while moving or renaming a whole file is not. A file that is not Python is hashed byte
+it defines, not by its path), and so is each import of that name from one of the files to
+another (the import decides which one runs): moving either definition to another file, or
+pointing an import at the other one, is a change; moving or renaming a whole file is not. A file that is not Python is hashed byte
 for byte, with its name. Workflow rules record these digests as params (so a comment edit or a
 refactor reruns nothing, and a code edit reruns exactly the jobs whose sources changed), and a
 training checkpoint is resumed only if its digest matches.
@@ -162,23 +163,61 @@ def file_digest(path: str | Path) -> str:
 def source_digest(paths, root: str | Path = ".") -> str:
     """One digest for what several files (relative to ``root``) define, wherever each definition
     lives among them (see the module's docstring)."""
+    root = Path(root)
     entries: dict[str, set[str]] = {}
     by_file: list[tuple[str, str, str]] = []
+    ids: dict[Path, str] = {}
     for p in paths:
-        found = _cached(Path(root) / p)
+        found = _cached(root / p)
         file_id = hashlib.sha1("\0".join(sorted(f"{k}\0{x}" for k, x in found)).encode()).hexdigest()
+        ids[(root / p).resolve()] = file_id
         for key, text in found:
             entries.setdefault(key, set()).add(text)
             by_file.append((key, text, file_id))
-    # a name defined differently in two places: keep each with its file (which one runs is decided
-    # by an import, which is not in the digest), the file known by what it defines, not by where
-    # it lives (a module that moves is the same file; a definition moved between the two is not)
-    final = sorted(f"{key}\0{text}\0" + (f"{file_id}\0" if len(entries[key]) > 1 else "")
-                   for key, text, file_id in by_file)
+    # a name defined differently in two places: keep each with its file, the file known by what it
+    # defines, not by where it lives (a module that moves is the same file; a definition moved
+    # between the two is not), and which one each file imports (the import decides which runs)
+    twice = {key for key, texts in entries.items() if len(texts) > 1}
+    final = [f"{key}\0{text}\0" + (f"{file_id}\0" if key in twice else "") for key, text, file_id in by_file]
+    if twice:
+        final += _imports_of(twice, [root / p for p in paths], ids)
     h = hashlib.sha1()
-    for line in dict.fromkeys(final):  # the same statement twice (a shared constant) counts once
+    for line in dict.fromkeys(sorted(final)):  # the same statement twice (a shared constant) counts once
         h.update(line.encode())
     return h.hexdigest()[:16]
+
+
+def _imports_of(keys: set[str], files: list[Path], ids: dict[Path, str]) -> list[str]:
+    """For each name of ``keys`` (``def x``, ``name x``) a file imports from another of ``files``:
+    the two files, each known by what it defines."""
+    out = []
+    for f in files:
+        for level, module, names in imports(f):
+            for target in _module_files(f, level, module):
+                tid = ids.get(target.resolve()) if target.exists() else None
+                if tid is None:
+                    continue
+                for n in names:
+                    if f"def {n}" in keys or f"name {n}" in keys:
+                        out.append(f"import {n}\0{ids[f.resolve()]}\0{tid}\0")
+    return out
+
+
+def _module_files(importer: Path, level: int, module: str) -> list[Path]:
+    """The files a ``from (level dots)module import ...`` of ``importer`` may read: the module's
+    file or package; absolute imports of this package from the ``src`` folder above it."""
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+    else:
+        if module.split(".")[0] != PACKAGE:
+            return []
+        base = next((d for d in importer.resolve().parents if (d / PACKAGE).is_dir() and d.name == "src"), None)
+        if base is None:
+            return []
+    target = base.joinpath(*module.split(".")) if module else base
+    return [target.with_suffix(".py"), target / "__init__.py"]
 
 
 # -- the code a run planned with -----------------------------------------------------------------
