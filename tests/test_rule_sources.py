@@ -93,7 +93,7 @@ def test_every_rule_that_runs_a_script_records_its_scripts_digest():
     for f, name, block in rule_blocks():
         if name not in scripts:
             continue
-        named = re.search(r'code=script_code\("(scripts/\w+\.py)"\)', block)
+        named = re.search(r'code=script_code\("(scripts/\w+\.py)"[,)]', block)
         if named is None:
             assert scripts[name] == TRAIN_SCRIPT and "code=lambda wc: train_code(" in block, \
                 f"{f.name}: rule {name} runs {scripts[name]} without its code digest, script_code({scripts[name]!r})"

@@ -54,10 +54,11 @@ def code(*paths):
 
 
 @functools.lru_cache(maxsize=None)
-def script_code(script):
+def script_code(script, *extra):
     """The code digest of a rule's script and of every module of the package it imports
-    (arrepro.config.catalogue.script_sources: derived from its imports, not listed by hand)."""
-    return code(*script_sources(script, ROOT))
+    (arrepro.config.catalogue.script_sources: derived from its imports, not listed by hand), and
+    of ``extra`` files it reaches without an import (the mixer files a model builder loads by name)."""
+    return code(*script_sources(script, ROOT), *extra)
 
 
 @functools.lru_cache(maxsize=None)

@@ -57,7 +57,7 @@ rule block_structure:
     output:
         f"{OUT}/tables/blocks.json",
     params:
-        code=code(*train_sources("mamba", ROOT), "src/arrepro/report/blocks.py", "scripts/block_structure.py"),
+        code=script_code("scripts/block_structure.py", *train_sources("mamba", ROOT)),  # and the Mamba mixer files it builds
         specs=json.dumps(list(BLOCK_SPECS.items()), sort_keys=True),  # [[model, cell spec], ...] in panel order
     log:
         f"{OUT}/logs/figures/block_structure.log",
@@ -75,7 +75,7 @@ rule blocks:
     input:
         rules.block_structure.output,
     params:
-        code=code("src/arrepro/report/blocks.py", "src/arrepro/report/plots.py", "scripts/plot_blocks.py"),
+        code=script_code("scripts/plot_blocks.py"),
         title="Mamba's block and its ablations, as trained",
         scale=GRID.scale_name,
     log:

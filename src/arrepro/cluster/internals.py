@@ -109,7 +109,7 @@ def forced(workflow) -> tuple[list[str], set[str]]:
     dag = workflow.dag
     files = {str(f) for f in dag.forcefiles}
     for job in dag.needrun_jobs():
-        if job.rule.name == TRAIN_RULE and files.intersection(map(str, job.output)) \
+        if job.rule.name == runfile.TRAIN_RULE and files.intersection(map(str, job.output)) \
                 and workflow.async_run(workflow.persistence.incomplete(job)):
             files.difference_update(map(str, job.output))
     return [r.name for r in dag.forcerules], files

@@ -181,8 +181,10 @@ def mixer_signature(mixer: str, root: str) -> tuple[dict, tuple] | None:
             if a.kwarg is None:
                 return args, requires
         # no __init__, or **kwargs: what the base class takes, if it is a sibling mixer's class
-        siblings = {alias.asname or alias.name: (n.module, alias.name) for n in tree.body
-                    if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module for alias in n.names}
+        sibling = f"{PACKAGE}.models.mixers."  # `from arrepro.models.mixers.x import X` (or `from .x import X`)
+        siblings = {alias.asname or alias.name: (n.module.removeprefix(sibling), alias.name) for n in tree.body
+                    if isinstance(n, ast.ImportFrom) and n.module and (n.level == 1 or n.module.startswith(sibling))
+                    for alias in n.names}
         base = next((siblings[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in siblings), None)
         if base is None:
             return None
