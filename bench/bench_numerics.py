@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, os, sys, time
 pinned, mixer, width, layers, steps = sys.argv[1] == "1", sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-from arrepro import numerics
+from arrepro.train import numerics
 if pinned:
     numerics.pin_environment()
 import torch

@@ -116,14 +116,15 @@ def train_specs() -> list[tuple[str, str]]:
 
 def test_the_envs_carry_what_pyproject_pins():
     """Every runtime package of pyproject.toml is in some env at the same version (the
-    workflow's own tools, snakemake and its plugin, and the test runner stay on the host; torch
+    workflow's own tools, snakemake and its plugin, and the test runner and its 2-process plugin
+    stay on the host; torch
     is the GPU env's own, see TWO_TORCHES)."""
     env = {}
     for where, req in all_specs():
         m = EXACT.match(req)
         if m:  # inexact pins are test_pins_are_exact's business
             env.setdefault(norm(m["name"]), {})[m["version"]] = where
-    host_only = {"snakemake", "snakemake-executor-plugin-slurm", "pytest"} | TWO_TORCHES
+    host_only = {"snakemake", "snakemake-executor-plugin-slurm", "pytest", "pytest-xdist", "execnet"} | TWO_TORCHES
     for where, req in pyproject_specs():
         m = EXACT.match(req)
         name = norm(re.split(r"[=\[<>~!]", req)[0])

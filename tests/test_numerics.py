@@ -103,7 +103,7 @@ def test_unpinned_runs_differ_and_pinned_runs_are_bit_identical(data, tmp_path, 
 def test_a_run_that_imported_torch_first_does_not_claim_to_be_pinned(data, tmp_path):
     # in-process callers (tests, notebooks): torch imported with the caller's ATEN_CPU_CAPABILITY,
     # then pin_environment() too late: the record says what really ran
-    code = ("import json, sys, torch; torch.ones(8).exp(); from arrepro import numerics; numerics.pin_environment(); "
+    code = ("import json, sys, torch; torch.ones(8).exp(); from arrepro.train import numerics; numerics.pin_environment(); "
             "from arrepro.train.loop import train_cell; "
             "r = train_cell(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], log=print); "
             "print(json.dumps(r['numerics']))")

@@ -330,6 +330,14 @@ FIG1_ROUNDS = "results/tiny/searches/rounds/cells_10min-fig1"  # fig1's search (
 FIG2_ROUNDS = "results/tiny/searches/rounds/cells_10min-fig2"  # fig2's fixed grid
 
 
+def last_round(group: str) -> int:
+    """The round whose plan is a group's last (arrepro.search.rounds.Searches.final_round)."""
+    return Searches(Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "tiny")).final_round(group)
+
+
+FIG1_LAST, FIG2_LAST = last_round("cells_10min-fig1"), last_round("cells_10min-fig2")  # 3 and 1 today
+
+
 def outputs(wd: Path) -> dict[str, bytes]:
     """What `all` ends with: the tables, the searches' decision files, the paper's numbers and
     the (stand-in) paper."""
@@ -365,7 +373,7 @@ def test_switching_the_protocol_or_the_round_budget_and_back_ends_as_a_clean_run
     text = cfg.read_text()
     assert "tiny: {start: [1.0e-2, 3.16e-2], range: [1.0e-4, 1.0e-1], rounds: 2}" in text
     cfg.write_text(text.replace("range: [1.0e-4, 1.0e-1], rounds: 2}", "range: [1.0e-4, 1.0e-1], rounds: 1}"))
-    run_all(wd, tex_path)  # (round5.json of `rounds: 2` stays, made from another round 4)
+    run_all(wd, tex_path)  # (the last plan of `rounds: 2` stays, made from another round before it)
     cfg.write_text(text)
     p = run_all(wd, tex_path)
     assert not same_as(wd, clean), p.stderr[-3000:]
@@ -376,12 +384,13 @@ def test_an_edited_plan_a_truncated_plan_and_a_garbled_decision_file_are_rebuilt
     plan cut short and a garbled decision file: each named before any job, each rebuilt from the
     cells; the tables, decision files and paper are a clean run's."""
     clean = outputs(wd)
-    last = wd / FIG1_ROUNDS / "round5.json"
+    last = wd / FIG1_ROUNDS / f"round{FIG1_LAST}.json"
     plan = json.loads(last.read_text())
     state = next(iter(plan["searches"].values()))["state"]
     state["chosen_lr"] = 0.0316  # one of the learning rates it tried, not the one it chose
     last.write_text(json.dumps(plan, indent=1))
-    middle = wd / FIG2_ROUNDS / "round2.json"
+    assert FIG1_LAST >= 2  # an intermediate plan to damage
+    middle = wd / FIG1_ROUNDS / f"round{FIG1_LAST - 1}.json"
     middle.write_text(middle.read_text()[:80])
     decision = next(wd.glob("results/tiny/searches/mqar-L8-*/**/*.json"))
     decision.write_bytes(bytes(b ^ 0x20 for b in decision.read_bytes()))
@@ -396,17 +405,17 @@ def test_an_edited_plan_a_truncated_plan_and_a_garbled_decision_file_are_rebuilt
 
 
 def test_deleted_plans_and_a_cell_deleted_meanwhile_are_rebuilt(wd, tex_path):
-    """Issue 24, case 2: an intermediate plan (fig1's round 3) and a last one (fig2's round 3)
-    deleted, and while they are missing a round-0 cell's result: all rebuilt (the cell from its
-    checkpoint), ending as a clean run."""
+    """Issue 24, case 2: an intermediate plan (fig1's round before its last) and a last one
+    (fig2's) deleted, and while they are missing a round-0 cell's result: all rebuilt (the cell
+    from its checkpoint), ending as a clean run."""
     clean = outputs(wd)
-    (wd / FIG1_ROUNDS / "round3.json").unlink()
-    (wd / FIG2_ROUNDS / "round3.json").unlink()
+    (wd / FIG1_ROUNDS / f"round{FIG1_LAST - 1}.json").unlink()
+    (wd / FIG2_ROUNDS / f"round{FIG2_LAST}.json").unlink()
     cell = fig1_cell(wd, "0.01")
     for f in ("result.json", "metrics.jsonl"):
         (cell / f).unlink()
     p = run_all(wd, tex_path)
-    assert (cell / "result.json").exists() and (wd / FIG1_ROUNDS / "round3.json").exists()
+    assert (cell / "result.json").exists() and (wd / FIG1_ROUNDS / f"round{FIG1_LAST - 1}.json").exists()
     assert not same_as(wd, clean), p.stderr[-3000:]
 
 
@@ -420,7 +429,7 @@ def test_a_rebuilt_cell_reruns_every_search_round_that_read_it(wd, tex_path):
     p = run_all(wd, tex_path)
     out = p.stdout + p.stderr
     rounds = set(re.findall(r"group cells_10min-fig1, round (\d+): decides", out))
-    assert rounds == {"1", "2", "3", "4", "5"}, out[-3000:]
+    assert rounds == {str(r) for r in range(1, FIG1_LAST + 1)}, out[-3000:]
 
 
 def test_code_edited_while_the_workflow_runs_stops_the_jobs_planned_with_the_old_code(wd, tex_path):

@@ -31,10 +31,10 @@ if ! have_all; then
     command -v apt-get >/dev/null || { echo "start_cluster: no apt-get" >&2; exit 77; }
     export DEBIAN_FRONTEND=noninteractive
     # shellcheck disable=SC2086
-    if ! apt-get install -y -q --no-install-recommends $PKGS >"${TMPDIR:-/tmp}/start_cluster.apt.log" 2>&1; then
-        apt-get update -q >>"${TMPDIR:-/tmp}/start_cluster.apt.log" 2>&1 || true
+    if ! apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends $PKGS >"${TMPDIR:-/tmp}/start_cluster.apt.log" 2>&1; then
+        apt-get -o DPkg::Lock::Timeout=900 update -q >>"${TMPDIR:-/tmp}/start_cluster.apt.log" 2>&1 || true
         # shellcheck disable=SC2086
-        apt-get install -y -q --no-install-recommends $PKGS >>"${TMPDIR:-/tmp}/start_cluster.apt.log" 2>&1 || {
+        apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends $PKGS >>"${TMPDIR:-/tmp}/start_cluster.apt.log" 2>&1 || {
             tail -n 20 "${TMPDIR:-/tmp}/start_cluster.apt.log" >&2; echo "start_cluster: apt-get install failed" >&2; exit 77; }
     fi
 fi

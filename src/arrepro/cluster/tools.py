@@ -23,6 +23,9 @@ def missing_tex() -> str | None:
             f"them with:\n    {sudo}{TEX_INSTALL}\n(or put tectonic on PATH, or run Snakemake with --sdm conda)")
 
 
+LOCK_WAIT_S = 900  # how long apt-get waits for another apt-get's lock
+
+
 def can_apt() -> bool:
     """Whether this process may install Debian packages: root, with apt-get on PATH."""
     return os.geteuid() == 0 and shutil.which("apt-get") is not None
@@ -34,7 +37,9 @@ def apt_install(packages: list[str], capture: bool = False) -> str | None:
     if not can_apt():
         return f"needs root and apt-get: apt-get install {' '.join(packages)}"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+    wait = ["-o", f"DPkg::Lock::Timeout={LOCK_WAIT_S}"]  # another install (a test beside this one) finishes first
+    for cmd in (["apt-get", *wait, "update", "-qq"],
+                ["apt-get", *wait, "install", "-y", "-qq", "--no-install-recommends", *packages]):
         p = subprocess.run(cmd, env=env, capture_output=capture, text=True)
         if p.returncode != 0:
             return f"{' '.join(cmd)} failed" + (f": {p.stderr[-500:]}" if capture else "")
