@@ -165,7 +165,7 @@ def test_paper_numbers_by_hand_reads_the_scales_tables(wd):
     p = typed(wd, "python scripts/paper_numbers.py", check=True)
     by_hand = (wd / "results/tiny/paper/numbers.tex").read_text()
     assert "results/tiny/tables" in p.stdout
-    run(wd, "--forcerun", "paper_numbers", "results/tiny/paper/numbers.tex")
+    run(wd, "results/tiny/paper/numbers.tex", "--forcerun", "paper_numbers")  # (--forcerun takes every name after it)
     assert (wd / "results/tiny/paper/numbers.tex").read_text() == by_hand  # the workflow's own
 
 
