@@ -39,10 +39,9 @@ import zipfile
 from pathlib import Path
 
 from arrepro.cluster import internals
-from arrepro.config.paths import DATA_ROOT
+from arrepro.config.paths import DATA_ROOT, SPLITS
 from arrepro.files import checksum_path, file_sha256, table_problem, write_text_atomic
 
-SPLITS = ("train", "test")
 MANIFEST = "manifest.json"  # beside a task's train.npz and test.npz: {file: {sha256, size, mtime_ns}}
 RUN_RECORD = ".snakemake/arrepro-run.json"  # the Snakemake run that last started jobs in this folder
 
