@@ -11,7 +11,7 @@ if "snakemake" in globals():
     with job_log(sm):
         render(sm.params.plot, sm.input.best, sm.input.cells, sm.params.title, sm.params.scale, list(sm.output),
                metric=sm.params.metric, reference_lrs=sm.params.reference_lrs,
-               published=sm.input.get("published"))
+               published=sm.input.get("published"), models=sm.params.models, replication=sm.params.replication)
 elif __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     for k in ("kind", "best", "cells", "title", "scale"):

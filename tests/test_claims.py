@@ -2,18 +2,22 @@
 import pandas as pd
 import pytest
 
+from pathlib import Path
+
+import yaml
+
+from arrepro.config.cards import cards
 from arrepro.report import claims as C
-from arrepro.report.paper import Results
+from arrepro.report.results import Results
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 TASKS = {"L64": {"kind": "mqar", "num_kv_pairs": 4}, "copy": {"kind": "copy"}}
-MIXER = {"attention_conv_qkv": "attention", "attention_conv_k": "attention", "attention_conv_v": "attention",
-         "attention_conv_q": "attention", "mamba_noconv": "mamba", "mamba_nogate": "mamba", "s6_mlp": "mamba",
-         "transformer_rope": "attention"}
+MODELS = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())["models"]
+CARDS = cards(MODELS)  # what each model is: config.yaml's cards
 
 
 def mixer(m):
-    return MIXER.get(m, m.split("_pe_")[0])
+    return MODELS[m]["mixer"]
 
 
 def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", exp="e"):
@@ -38,11 +42,12 @@ def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", ex
                       "mixer": mixer(model), "width": w, "layers": n, "lr": lr, "seed": seed, metric: acc,
                       "diverged": False, "parameters": 1, "cell_dir": f"{model}/{w}/{n}/{lr}/{seed}/{task}"})
     add_windows(out_best := best(best_rows, "main"), cells)
-    grids = [{"series": "main", "lrs": [1e-3]}] + ([{"series": "replication (Zoology code and grid)", "lrs": "zoology"}]
+    grids = [{"series": "main", "lrs": [1e-3]}] + ([{"series": "replication (Zoology code and grid)", "lrs": "zoology",
+                                                     "replication": True}]
                                                    if zoo_rows else [])
     return Results(exp, {"title": exp, "grids": grids},
                    pd.DataFrame(out_best + best(zoo_rows, "replication (Zoology code and grid)")),
-                   pd.DataFrame(cells), [], TASKS)
+                   pd.DataFrame(cells), [], TASKS, cards=CARDS)
 
 
 def add_windows(best_rows, cells):

@@ -20,9 +20,11 @@ import yaml
 
 from arrepro.report.aggregate import best_over_lr
 from arrepro.data import task_seq_len
-from arrepro.config.grid import Grid
+from arrepro.config.grid import Grid, is_replication
 from arrepro.report.blocks import block_models
-from arrepro.report.paper import BEST_COLUMNS, grid_meta, is_replication, manuscript_keys, write_paper_inputs
+from arrepro.report.lint import manuscript_keys
+from arrepro.report.paper import grid_meta, write_paper_inputs
+from arrepro.report.results import BEST_COLUMNS
 from arrepro.cluster.tools import apt_install
 
 try:

@@ -291,7 +291,7 @@ def test_overridden_numerics_are_recorded_and_an_unpinned_run_is_named(data, tmp
     recorded in the cell; two threads make it unpinned; its table row says so and the paper's
     text names it."""
     from arrepro.report.aggregate import load_results
-    from arrepro.report.paper import numerics_text
+    from arrepro.report.prose import numerics_text
 
     out = tmp_path / CELL
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2"}

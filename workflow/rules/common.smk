@@ -16,7 +16,7 @@ from arrepro.digest import record_planned, source_digest
 from arrepro.config.catalogue import script_sources, train_sources
 from arrepro.config.cellfiles import METRICS, RESULT
 from arrepro.config.checks import load_grid
-from arrepro.config.grid import CELL_PATTERN, ConfigError, one_of
+from arrepro.config.grid import CELL_PATTERN, ConfigError, identity, one_of
 from arrepro.config.paths import data_dir, data_files
 from arrepro.cluster.preflight import config_error
 

@@ -14,7 +14,7 @@ rule train:
         **data_files("{task}"),  # train, test
     params:
         code=lambda wc: train_code(mixer_of(wc)),
-        cell=lambda wc: json.dumps(GRID.cell_spec(**wc), sort_keys=True),  # the config's key order changes nothing
+        cell=lambda wc: json.dumps(identity(GRID.cell_spec(**wc)), sort_keys=True),  # the config's key order changes nothing
         out=CELL_PATTERN,
         # this run's file (its onstart writes it): whether the run forces the cell to start over (in
         # every round: also the cells checkpoint rounds add), whether it keeps its final weights

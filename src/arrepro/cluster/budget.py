@@ -1,5 +1,5 @@
 """What a scale of config.yaml asks a cluster for, in all: the learning-rate protocol's cells,
-Slurm jobs, GPU-hours and disk (round 0, and the most its round budgets allow), beside the fixed
+Slurm jobs, GPU-hours (CPU-hours for a CPU scale) and disk (round 0, and the most its round budgets allow), beside the fixed
 grid's, from the cost model of each cell (arrepro.config.costs) and its packs (arrepro.cluster.packs)::
 
     python -m arrepro.cluster.budget [SCALE] [--cells] [--json] [--cells-per-gpu N] ...
@@ -23,12 +23,14 @@ def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
     ``requested_hours``: the wall time Slurm is asked for, summed over cells as they run (a pack
     of shared cells counts once, at its longest cell); ``gpu_hours``: the same for CUDA cells;
     ``estimated_gpu_hours``: the estimates without safety factor, a shared cell counting for
-    1/N of its GPU's time (``_mps``: if the shared cells' kernels run side by side, under MPS)."""
+    1/N of its GPU's time (``_mps``: if the shared cells' kernels run side by side, under MPS);
+    ``cpu_hours`` and ``estimated_cpu_hours``: requested and estimated for the other cells (one
+    CPU core each)."""
     cells = grid.all_cells() if cells is None else list(cells)
     pack_list = list(packs(grid, cells_per_gpu, cells).values())
     in_pack = {c: members for members in pack_list for c in members}
     per_group: dict[str | None, int] = {}
-    minutes = gpu_minutes = estimated = estimated_mps = grouped = grouped_mps = 0.0
+    minutes = gpu_minutes = estimated = estimated_mps = grouped = grouped_mps = cpu_minutes = estimated_cpu = 0.0
     for c in cells:
         spec = grid.spec_of(c)
         n = sharing(spec, cells_per_gpu)
@@ -45,6 +47,9 @@ def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
             if g is not None:
                 grouped += estimate_seconds(spec, n) / 60 / n
                 grouped_mps += estimate_seconds(spec, n, mps=True) / 60 / n
+        else:
+            cpu_minutes += m
+            estimated_cpu += estimate_seconds(spec) / 60
     bundles = group_components()
     packs_per_group: dict[str, int] = {}
     for members in pack_list:
@@ -55,7 +60,14 @@ def plan(grid, cells=None, cells_per_gpu: int = 1) -> dict:
     return {"cells": len(cells), "train_jobs": jobs, "cells_by_group": per_group, "cells_per_gpu": cells_per_gpu,
             "requested_hours": minutes / 60, "gpu_hours": gpu_minutes / 60, "estimated_gpu_hours": estimated / 60,
             "estimated_gpu_hours_mps": estimated_mps / 60, "grouped_gpu_hours": grouped / 60,
-            "grouped_gpu_hours_mps": grouped_mps / 60}
+            "grouped_gpu_hours_mps": grouped_mps / 60, "cpu_hours": cpu_minutes / 60,
+            "estimated_cpu_hours": estimated_cpu / 60}
+
+
+def unit(grid) -> str:
+    """What a scale's cells run on, as its hours are counted: "CPU" for a CPU scale (one core a
+    cell), else "GPU"."""
+    return "CPU" if grid.scale.get("device") == "cpu" else "GPU"
 
 
 def search_kind(spec) -> str:
@@ -71,7 +83,10 @@ def protocol_plan(grid, cells_per_gpu: int = 1, protocol: str | None = None) -> 
     train jobs and hours of ``plan``) and the most the searches' round budgets allow (every
     search spends its whole budget; a cell's estimate does not depend on its learning rate or
     seed), with a breakdown by search kind; and the fixed grid's (lr_protocol: grid) for
-    comparison. Hours as in ``plan``: requested (with the safety factor) and estimated."""
+    comparison. Hours as in ``plan``: requested (with the safety factor) and estimated, in the
+    scale's ``unit``: the keys say ``gpu_hours`` for a GPU scale, ``cpu_hours`` for a CPU scale."""
+    u = unit(grid)
+    h = f"{u.lower()}_hours"
     searches = Searches(grid, protocol)
     r0 = plan(grid, searches.round0_cells(), cells_per_gpu)
     fixed = plan(grid, grid.all_cells(), cells_per_gpu)
@@ -83,25 +98,26 @@ def protocol_plan(grid, cells_per_gpu: int = 1, protocol: str | None = None) -> 
         n = s.spec.max_cells()
         est, req = estimate_seconds(spec) / 3600, runtime_min(spec, 1, cells_per_gpu) / 60
         k = kinds.setdefault(search_kind(s.spec), {"settings": 0, "cells_round0": 0, "cells_max": 0,
-                                                     "gpu_hours_estimated_max": 0.0})
+                                                     f"{h}_estimated_max": 0.0})
         k["settings"] += 1
         k["cells_round0"] += r0_cells[s.key]
         k["cells_max"] += n
-        k["gpu_hours_estimated_max"] += est * n
+        k[f"{h}_estimated_max"] += est * n
         max_cells += n
         est_max += est * n
         req_max += req * n
     shared = sum(r0_cells.values()) - r0["cells"]  # round-0 cells two searches share, counted once
-    return {"scale": grid.scale_name, "protocol": searches.protocol, "searches": len(searches.searches),
+    est_key, req_key = ("estimated_gpu_hours", "gpu_hours") if u == "GPU" else ("estimated_cpu_hours", "cpu_hours")
+    return {"scale": grid.scale_name, "unit": u, "protocol": searches.protocol, "searches": len(searches.searches),
             "groups": {g: len(v) for g, v in sorted(searches.groups.items())},
             "cells_round0": r0["cells"], "train_jobs_round0": r0["train_jobs"],
-            "gpu_hours_estimated_round0": r0["estimated_gpu_hours"], "gpu_hours_requested_round0": r0["gpu_hours"],
-            "cells_max": int(max_cells - shared), "gpu_hours_estimated_max": est_max,
-            "gpu_hours_requested_max": req_max, "by_kind": kinds,
-            "cells_fixed_grid": fixed["cells"], "gpu_hours_estimated_fixed_grid": fixed["estimated_gpu_hours"],
-            "gpu_hours_requested_fixed_grid": fixed["gpu_hours"], "cells_per_gpu": cells_per_gpu,
+            f"{h}_estimated_round0": r0[est_key], f"{h}_requested_round0": r0[req_key],
+            "cells_max": int(max_cells - shared), f"{h}_estimated_max": est_max,
+            f"{h}_requested_max": req_max, "by_kind": kinds,
+            "cells_fixed_grid": fixed["cells"], f"{h}_estimated_fixed_grid": fixed[est_key],
+            f"{h}_requested_fixed_grid": fixed[req_key], "cells_per_gpu": cells_per_gpu,
             "ratio_cells_to_fixed_grid": (max_cells - shared) / max(fixed["cells"], 1),
-            "ratio_gpu_hours_to_fixed_grid": est_max / max(fixed["estimated_gpu_hours"], 1e-9)}
+            f"ratio_{h}_to_fixed_grid": est_max / max(fixed[est_key], 1e-9)}
 
 
 def disk_plan(grid, in_flight: int, protocol: str | None = None) -> dict:
@@ -181,22 +197,29 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
             print(f"{c.task:>28} {c.model:>16} {c.width:>5} {c.layers:>2} {estimate_seconds(spec) / 60:8.1f} "
                   f"{runtime_min(spec):8d} {mem_mb(spec):7d} {group(spec) or '-'}")
     pp = protocol_plan(grid, 1, a.protocol)
+    u = pp["unit"]
+    h = f"{u.lower()}_hours"
+    f = ".0f" if u == "GPU" else ".3g"  # a CPU scale's hours are small
     print(f"scale {a.scale}, lr_protocol {pp['protocol']}: {pp['searches']} settings searched in groups {pp['groups']}")
     print(f"  round 0: {pp['cells_round0']} cells ({pp['train_jobs_round0']} Slurm jobs), "
-          f"{pp['gpu_hours_estimated_round0']:.0f} GPU-hours estimated ({pp['gpu_hours_requested_round0']:.0f} requested)")
-    print(f"  at most (every round budget spent): {pp['cells_max']} cells, {pp['gpu_hours_estimated_max']:.0f} GPU-hours "
-          f"estimated ({pp['gpu_hours_requested_max']:.0f} requested)")
+          f"{pp[h + '_estimated_round0']:{f}} {u}-hours estimated ({pp[h + '_requested_round0']:{f}} requested)")
+    print(f"  at most (every round budget spent): {pp['cells_max']} cells, {pp[h + '_estimated_max']:{f}} {u}-hours "
+          f"estimated ({pp[h + '_requested_max']:{f}} requested)")
     for kind, k in pp["by_kind"].items():
         print(f"    {kind:>32}: {k['settings']:4d} settings, round 0 {k['cells_round0']:5d} cells, at most "
-              f"{k['cells_max']:5d} cells, {k['gpu_hours_estimated_max']:6.0f} GPU-hours")
+              f"{k['cells_max']:5d} cells, {k[h + '_estimated_max']:6{f}} {u}-hours")
     print(f"  the fixed grid (lr_protocol: grid, every lr on every seed): {pp['cells_fixed_grid']} cells, "
-          f"{pp['gpu_hours_estimated_fixed_grid']:.0f} GPU-hours estimated ({pp['gpu_hours_requested_fixed_grid']:.0f} requested)")
-    if pp["gpu_hours_estimated_fixed_grid"] > 0:  # (a CPU scale's cells use no GPU)
+          f"{pp[h + '_estimated_fixed_grid']:{f}} {u}-hours estimated ({pp[h + '_requested_fixed_grid']:{f}} requested)")
+    if pp[h + "_estimated_fixed_grid"] > 0:
         print(f"  the protocol at most, against the fixed grid: {pp['ratio_cells_to_fixed_grid']:.2f} of its cells, "
-              f"{pp['ratio_gpu_hours_to_fixed_grid']:.2f} of its GPU-hours")
-    searches_r0 = None
-    for n in dict.fromkeys((1, a.cells_per_gpu)):
-        searches_r0 = searches_r0 or Searches(grid, a.protocol).round0_cells()
+              f"{pp['ratio_' + h + '_to_fixed_grid']:.2f} of its {u}-hours")
+    searches_r0 = Searches(grid, a.protocol).round0_cells()
+    if u == "CPU":  # one core a cell: no GPU to share
+        p = plan(grid, searches_r0)
+        print(f"round 0: {p['cells']} cells -> {p['train_jobs']} jobs for training ({p['cells_by_group']}); "
+              f"{p['requested_hours']:.3g} hours requested; estimated use {p['estimated_cpu_hours']:.3g} CPU-hours "
+              "(one core a cell)")
+    for n in dict.fromkeys((1, a.cells_per_gpu)) if u == "GPU" else ():
         p = plan(grid, searches_r0, cells_per_gpu=n)
         mps = f", {p['estimated_gpu_hours_mps']:.0f} if their kernels overlap (MPS)" if n > 1 else ""
         mps_small = f", {p['grouped_gpu_hours_mps']:.0f} with MPS" if n > 1 else ""
@@ -205,9 +228,13 @@ def _main(argv=None) -> None:  # pragma: no cover - a report for people
               f"estimated use {p['estimated_gpu_hours']:.0f} GPU-hours{mps}; of these, the grouped (small) cells "
               f"{p['grouped_gpu_hours']:.0f}{mps_small}")
     print(disk_line(disk_plan(grid, a.in_flight, a.protocol), a.keep_weights or cfg.get("keep_weights", False)))
-    print("All estimates, none measured (no GPU here): the wall-time model of src/arrepro/config/costs.py (GPU constants "
-          "for one A100/H100-class GPU, calibrated to the paper's '10 minutes to 18 hours' per run; requests add its "
-          f"safety factor); with N > 1 also its sharing model (time slicing, or MPS; SHARE_SLOWDOWN = {SHARE_SLOWDOWN}).")
+    if u == "CPU":
+        print("All estimates: the wall-time model of src/arrepro/config/costs.py (CPU constants measured on a 2-core "
+              "machine; requests add its safety factor).")
+    else:
+        print("All estimates, none measured (no GPU here): the wall-time model of src/arrepro/config/costs.py (GPU constants "
+              "for one A100/H100-class GPU, calibrated to the paper's '10 minutes to 18 hours' per run; requests add its "
+              f"safety factor); with N > 1 also its sharing model (time slicing, or MPS; SHARE_SLOWDOWN = {SHARE_SLOWDOWN}).")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,7 +6,7 @@ and recipe at a small width, shortened to ``steps`` optimiser steps (the trainin
 ``steps`` batches, one epoch; the test set to one batch), trained by ``train_cell`` as a grid cell
 would be. The table has, per family: the path each of its ops ran (``kernel_paths`` of the cell's
 result.json: kernel package and version, or portable and why), tokens/s, the model FLOP
-utilisation (``arrepro.config.costs.flops_per_token`` without its mixer time factor, times tokens/s, over
+utilisation (``arrepro.config.costs.flops_per_token`` without its cost factor, times tokens/s, over
 the GPU's peak for the precision, ``PEAK_TFLOPS``) and the peak CUDA memory.
 
 The kernels' own vs-portable comparisons run before (pytest, in `make gpu-check`); this module
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from arrepro.config.costs import MIXER_FACTOR, flops_per_token
+from arrepro.config.costs import flops_per_token
 
 # Dense (no sparsity) peak throughput, TFLOP/s, from NVIDIA's data sheets: bf16 and tf32 on tensor
 # cores; fp32 on the CUDA cores (what PyTorch runs when TF32 is off, arrepro.train.loop.autocast_for).
@@ -76,10 +76,9 @@ def check_spec(config: dict, model: str, *, width: int, layers: int, steps: int,
 
 
 def model_flops_per_token(spec: dict) -> float:
-    """arrepro.config.costs.flops_per_token without MIXER_FACTOR (a speed estimate, not
+    """arrepro.config.costs.flops_per_token without the card's cost factor (a speed estimate, not
     arithmetic): the same formula evaluated as for attention, whose factor is 1."""
-    assert MIXER_FACTOR["attention"] == 1.0
-    return flops_per_token({**spec, "model_def": {**spec["model_def"], "mixer": "attention"}})
+    return flops_per_token({**spec, "cost_factor": 1.0})
 
 
 def describe_paths(paths: list[dict] | None) -> str:

@@ -8,6 +8,7 @@ import math
 import posixpath
 import re
 
+from arrepro.config.cards import CardError, cards
 from arrepro.config.catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
 from arrepro.config.constraints import names_in, unmet
 from arrepro.data import task_seq_len, task_spec
@@ -133,6 +134,10 @@ def check_grid(grid) -> None:
     check_text(grid.config)
     on_disk = mixer_names()
     root = str(ROOT)
+    try:  # every model's card (the schema checks its fields; here what it names)
+        cards(grid.models)
+    except CardError as e:
+        raise ConfigError(str(e)) from None
     for name, m in grid.models.items():
         if on_disk is not None and m["mixer"] not in on_disk:
             raise ConfigError(f"models.{name}.mixer: unknown mixer {m['mixer']!r}; known: {sorted(on_disk)}")

@@ -31,8 +31,8 @@ minutes to 18 hours" per run, about 20,000 GPU-hours for over 3,000 runs): its s
 tokens, 1.6e18 FLOPs) at ~11.5 h of compute, requested at ~17.5 h. In plain fp32 (CUDA cores,
 19.5 TFLOP/s peak on an A100) the same cell would take ~35 h: the paper's own times say it
 used tensor cores (TF32 or bf16; it does not say which), hence ``tf32``. The uncertainty is
-about a factor of two either way (the effective fraction of the peak, the mixers' factors). ``MIXER_FACTOR`` scales
-the arithmetic of mixers slower than attention (scans, FFT convolutions); these factors are
+about a factor of two either way (the effective fraction of the peak, the mixers' factors). A model card's
+``cost`` scales the arithmetic of mixers slower than attention (scans, FFT convolutions); these factors are
 estimates, not measurements, kept at most 1.5 so that the slowest cell of the grid (Hyena, H3
 or RWKV at L512, width 2048) comes out at ~17 h, the paper's longest run. CPU constants (the demo and tiny scales) were measured on a
 2-core machine: ~7.5 ms per step for a 2-layer width-32 model; 5 GFLOP/s per thread.
@@ -119,12 +119,19 @@ DEVICES = {
 }
 
 
-# arithmetic cost relative to softmax attention (estimates, attention = 1), bounded by the
-# paper's longest run (18 h): its biggest cells (L512, width 2048) take ~11.5 h with attention,
-# so no mixer can be more than ~1.5 times slower there
-MIXER_FACTOR = {"attention": 1.0, "based": 1.3, "mamba": 1.3, "mamba2": 1.3, "deltanet": 1.3,
-                "gated_deltanet": 1.3, "h3": 1.5, "hyena": 1.5, "rwkv": 1.5}
-UNKNOWN_MIXER_FACTOR = 1.5
+# A mixer's arithmetic relative to softmax attention's is its model's card's ``cost``
+# (config.yaml models.NAME.card.cost: estimates, attention = 1), bounded by the paper's longest
+# run (18 h): its biggest cells (L512, width 2048) take ~11.5 h with attention, so no mixer can
+# be more than ~1.5 times slower there. The cell spec carries it as ``cost_factor``.
+
+
+def cost_factor(spec: dict) -> float:
+    """The cell's model's arithmetic factor (its card's ``cost``); a spec without one is refused."""
+    factor = spec.get("cost_factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise ValueError(f"cell spec of model {spec.get('model')!r}: no cost factor ({factor!r}); config.yaml "
+                         f"models.{spec.get('model')}.card.cost gives it")
+    return float(factor)
 
 
 @dataclass(frozen=True)
@@ -171,11 +178,10 @@ def flops_per_token(spec: dict) -> float:
     """Training FLOPs (forward + backward) per token of one cell's model."""
     T, _, _, V, K = _task_shape(spec)
     d, n = int(spec["width"]), int(spec["layers"])
-    mixer = spec["model_def"]["mixer"]
     weights = 6 * 12 * d * d * n
     mixing = 6 * 2 * T * d * n
     logits = 6 * V * d * K / max(T, 1)
-    return (weights + mixing) * MIXER_FACTOR.get(mixer, UNKNOWN_MIXER_FACTOR) + logits
+    return (weights + mixing) * cost_factor(spec) + logits
 
 
 def estimate_seconds(spec: dict, share: int = 1, mps: bool = False) -> float:

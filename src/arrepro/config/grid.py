@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arrepro.config import defaults
+from arrepro.config.cards import card_of, without_card
 from arrepro.config.paths import REPO_ROOT
 
 CELL_ROOT = "results/cells"
 CELL_PATTERN = CELL_ROOT + "/{task}/{model}/w{width}-l{layers}/{recipe}/lr{lr}-s{seed}"
-# a config model named zoology_X is Zoology's own form of architecture X (the replication of
-# Figs. 2 and 11); figures colour it, and claims pair it, with X
-ZOO_PREFIX = "zoology_"
+# the keys of a cell's spec that change no result (the cost model's, from the model's card): a
+# cell's identity (the train rule's param, its checkpoint's fingerprint) leaves them out
+NOT_IDENTITY = ("cost_factor",)
 
 
 SCHEMA = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -47,14 +48,16 @@ class ConfigError(ValueError):
     """A config value that the schema cannot catch (a dangling reference, say); names its key."""
 
 
-def architecture(model: str) -> str:
-    """The architecture a config model stands for: ``zoology_hyena`` -> ``hyena``."""
-    return model.removeprefix(ZOO_PREFIX)
+def is_replication(grid_def: dict) -> bool:
+    """A grid that replicates a coarse reference grid (Zoology's: the dotted series of Figures 2
+    and 11): it says so (``replication: true``)."""
+    return bool(grid_def.get("replication"))
 
 
-def is_replication_series(name: str) -> bool:
-    """A series that replicates a coarse (Zoology's) grid: the config names it "replication ..."."""
-    return str(name).startswith("replication")
+def identity(spec: dict) -> dict:
+    """A cell's spec without what changes no result (``NOT_IDENTITY``): what its train rule
+    passes on and its checkpoint's fingerprint reads."""
+    return {k: v for k, v in spec.items() if k not in NOT_IDENTITY}
 
 
 def one_of(names) -> str:
@@ -211,9 +214,15 @@ class Grid:
         return [] if ref is None else self.lrs({"lrs": ref}, f"scales.{self.scale_name}.experiments.{exp}.reference_lrs")
 
     def experiment_models(self, exp: str) -> dict:
-        """The definitions of the models an experiment names, in its order."""
+        """The definitions of the models an experiment names, in its order, then those their cards
+        name (``of``: the model a variant varies, whose label a table prints)."""
         names = dict.fromkeys(m for g in self.experiments[exp]["grids"] for m in g["models"])
+        names.update(dict.fromkeys(card_of(self.models, m).of for m in list(names) if card_of(self.models, m).of))
         return {m: self.models[m] for m in names}
+
+    def replication_series(self, exp: str) -> list[str]:
+        """The series of an experiment's grids that replicate a coarse reference grid (``is_replication``)."""
+        return list(dict.fromkeys(g.get("series", "main") for g in self.experiments[exp]["grids"] if is_replication(g)))
 
     def cell_spec(self, task: str, model: str, width, layers, recipe: str, lr, seed) -> dict:
         """Everything a training run needs, resolved from the config (the rule's params), and
@@ -234,8 +243,9 @@ class Grid:
         t, r, m = self.tasks[task], self.recipes[recipe], self.models[model]
         return {
             "task": task, "task_def": {k: v for k, v in t.items() if k != "name"},
-            "model": model, "model_def": m, "width": int(width), "layers": int(layers),
+            "model": model, "model_def": without_card(m), "width": int(width), "layers": int(layers),
             "recipe": recipe, "recipe_def": {k: v for k, v in r.items() if k != "name"},
             "batch_size": self.batch_size(r, t), "lr": float(lr), "seed": int(seed),
             "device": defaults.scale(self.scale, "device"), "precision": defaults.scale(self.scale, "precision"),
+            "cost_factor": card_of(self.models, model).cost,  # not its identity (``identity``)
         }

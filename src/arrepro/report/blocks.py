@@ -63,10 +63,12 @@ def block_models(grid) -> dict[str, dict]:
 def specs(grid) -> dict[str, dict]:
     """``block_models``' models as the cell specs the trainer builds them from (one learning rate
     and seed stand for all: neither changes the modules)."""
+    from arrepro.config.grid import identity
+
     out = {}
     for model, s in block_models(grid).items():
         c = grid.cell(s["task"], model, s["width"], s["layers"], s["recipe"], 1e-3, 0)
-        out[model] = grid.spec_of(c)
+        out[model] = identity(grid.spec_of(c))  # (what a cell's train rule passes on)
     return out
 
 

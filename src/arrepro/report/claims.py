@@ -2,7 +2,7 @@
 inconclusive, with a row that says what was compared.
 
 A claim is a function of one experiment's tables (an object with the interface of
-``arrepro.report.paper.Results``: ``rows``, ``chance``) that returns a
+``arrepro.report.results.Results``: ``rows``, ``chance``, ``card``) that returns a
 ``Judgement``, or None when the experiment does not train the models the claim needs (the claim
 is then not listed). The rules, the same for every claim and stated in the paper PDF:
 
@@ -35,7 +35,6 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from arrepro.config.grid import ZOO_PREFIX
 from arrepro.search.protocol import Window, wider
 from arrepro.search.thresholds import GOOD, LEARNED_MARGIN, learned_threshold
 from arrepro.report.tex import acc, points
@@ -44,7 +43,6 @@ MIN_DIFF = 0.10        # a difference smaller than this is never conclusive (one
 MIN_SEEDS = 3          # a verdict resting on fewer seeds is inconclusive, whatever the numbers
 PARAM_RATIO = 1.5      # "the same parameter count": within this factor of each other
 SETTING = ["task", "width", "layers"]
-ATTENTION_MIXERS = {"attention", "based"}
 
 CONSISTENT, CONTRADICTED, INCONCLUSIVE = "consistent", "contradicted", "inconclusive"
 VERDICTS = (CONSISTENT, CONTRADICTED, INCONCLUSIVE)
@@ -279,12 +277,14 @@ def wide_beats_deep(e, model: str) -> Judgement | None:
                      + f" (wider wins {ups}, deeper wins {downs})")
 
 
-def grows_with(e, axis: str, models: list[str] | None = None, mixers_out=(), predicted: bool = False) -> Judgement | None:
+def grows_with(e, axis: str, models: list[str] | None = None, family: str | None = None,
+               predicted: bool = False) -> Judgement | None:
     """Each model improves from the smallest to the largest value of ``axis`` (width or layers),
     the other axis held fixed: counted over (model, task, other axis); ``predicted``: the claim
     predicts that the smaller may fail outright (``failure_counts``)."""
     r = e.rows() if models is None else e.rows().loc[lambda d: d["model"].isin(models)]
-    r = r[~r["mixer"].isin(mixers_out)]
+    if family is not None:  # only the models of that family (their cards')
+        r = r[[e.card(m).family == family for m in r["model"]]]
     other = "layers" if axis == "width" else "width"
     ups = downs = 0
     parts = []
@@ -302,18 +302,19 @@ def grows_with(e, axis: str, models: list[str] | None = None, mixers_out=(), pre
     return Judgement(tally(ups, downs), "; ".join(parts) + f" (larger wins {ups}, smaller wins {downs})")
 
 
-def zoo_name(model: str, zoo_models) -> str:
-    """The replication's model for ``model``: ZOO_PREFIX + model where it has one, else itself."""
-    return ZOO_PREFIX + model if ZOO_PREFIX + model in set(zoo_models) else model
+def zoo_name(e, model: str, zoo_models) -> str:
+    """The replication's model for ``model``: the one whose card is a replication of it where the
+    replication trains one, else itself."""
+    return next((z for z in zoo_models if e.card(z).role == "replication" and e.card(z).of == model), model)
 
 
 def fine_grid_helps(e) -> Judgement | None:
     """Recurrent models: our fine grid against the replication of Zoology's, setting by setting."""
     pairs = []
     for model in e.rows()["model"].unique():
-        if e.rows(model)["mixer"].iloc[0] in ATTENTION_MIXERS:
+        if e.card(model).attention:
             continue
-        pairs += paired(e, model, zoo_name(model, e.rows(part="zoo")["model"]), part_b="zoo")
+        pairs += paired(e, model, zoo_name(e, model, e.rows(part="zoo")["model"].unique()), part_b="zoo")
     if not pairs:
         return None
     cs = [compare(sa, sb, predicted=True, cover=False) for _, sa, sb in pairs]  # the claim: the coarse grid misses
@@ -357,14 +358,11 @@ def depth_helps(e, model: str) -> Judgement | None:
 
 
 # --------------------------------------------------------------------------- the claims
-COPY_TRANSFORMER = ("transformer_rope_jelassi", "transformer_rope")  # the paper scale's (Jelassi's), the demo's
-COPY_MAMBA = ("mamba_jelassi", "mamba")
-
-
-def present(e, *names: str) -> str:
-    """The first of ``names`` that the experiment trains (else the last: the claim finds no rows)."""
-    trained = set(e.rows()["model"])
-    return next((n for n in names if n in trained), names[-1])
+def first_of(e, family: str) -> str:
+    """The first model of ``family`` (its card's) the experiment trains, in the config's order: the
+    copy task's Transformer (attention) and Mamba (recurrent), whichever the scale trains ("" if
+    none: the claim finds no rows)."""
+    return e.first_of(family) or ""
 
 
 # (id, experiment, the paper's claim, judge)
@@ -377,14 +375,14 @@ CLAIMS: list[tuple[str, str, str, Callable]] = [
     ("attn1", "fig3", "1-layer attention fails where 1-layer Mamba succeeds",
      lambda e: fails_where_other_learns(e, "attention", "mamba", layers=1)),
     ("width", "fig3", "1-layer recurrent models improve with width",
-     lambda e: grows_with(e, "width", mixers_out=ATTENTION_MIXERS, predicted=True)),
+     lambda e: grows_with(e, "width", family="recurrent", predicted=True)),
     ("depth", "fig4", "Attention improves with depth", lambda e: depth_helps(e, "attention")),
     ("widthdepth", "fig4", "At equal parameter count, Mamba prefers width to depth",
      lambda e: wide_beats_deep(e, "mamba")),
     ("copylr", "fig5", "On copying, the Transformer succeeds over a wider range of learning rates than Mamba",
-     lambda e: window_wider(e, present(e, *COPY_TRANSFORMER), [present(e, *COPY_MAMBA)])),
+     lambda e: window_wider(e, first_of(e, "attention"), [first_of(e, "recurrent")])),
     ("copywidth", "table1", "On copying, at equal parameter count a wide Mamba beats a deep one",
-     lambda e: wide_beats_deep(e, present(e, *COPY_MAMBA))),
+     lambda e: wide_beats_deep(e, first_of(e, "recurrent"))),
     ("conv", "table2", "A convolution lets 1-layer attention recall; Mamba needs its conv1d",
      lambda e: all_of([a_beats_b(e, "attention_conv_qkv", "attention", predicted=True),
                        a_beats_b(e, "mamba", "mamba_noconv", predicted=True)])),
@@ -404,11 +402,12 @@ CLAIMS: list[tuple[str, str, str, Callable]] = [
 
 
 def pe_alike(e) -> Judgement | None:
-    """Each positional variant (MODEL_pe_SCHEME) is alike its model without one (MODEL); a model
+    """Each positional variant (a card of role positional) is alike the model it varies; a model
     whose variants have not learned adds no evidence either way."""
     models = list(e.rows()["model"].unique())
-    parts = [alike(e, base, [m for m in models if m.startswith(f"{base}_pe_")])
-             for base in models if "_pe_" not in base]
+    variants = {m: e.card(m) for m in models if e.card(m).role == "positional"}
+    parts = [alike(e, base, [m for m, c in variants.items() if c.of == base])
+             for base in models if base not in variants]
     parts = [p for p in parts if p is not None]
     if not parts:
         return None

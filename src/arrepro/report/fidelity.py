@@ -121,7 +121,7 @@ REFERENCE: list[Ref] = [
     Ref("positional information", lambda c: sorted(m for m in ("attention", "based", "hyena", "h3", "rwkv", "mamba")
                                                     if defaults.model(c["models"][m])["position"] != "none"),
         ["attention", "based"], ["attention"], source="A.2 Models: 'Positional information is used only in Attention and Based'"),
-    Ref("Table 4 positional schemes", lambda c: sorted({d["position"] for m, d in c["models"].items() if "_pe_" in m}),
+    Ref("Table 4 positional schemes", lambda c: sorted({d["position"] for d in c["models"].values() if d["card"]["role"] == "positional"}),
         SILENT, source="Table 4: 'No PE, Absolute PE, Relative PE, Learned PE' (forms not given)"),
     Ref("seeds", _all_seeds, [42, 123, 456, 777, 789], source="A.2: 'five random seeds (42, 123, 777, 456 and 789)'"),
     Ref("lr_grids.fine", lambda c: c["lr_grids"]["fine"], SILENT, source="A.2: 'a learning rate sweep' (values not given)"),

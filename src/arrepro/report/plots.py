@@ -12,7 +12,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from arrepro.config.grid import architecture, is_replication_series  # noqa: E402
 from arrepro.report.tex import fmt_count, lr_label  # noqa: E402
 
 # Series styles by role (the paper's Fig. 2: this work solid, the replication dotted). The
@@ -25,12 +24,13 @@ OTHER_SERIES_STYLE = {"linestyle": "--", "marker": "^", "ms": 5}
 DODGE = 0.045  # sideways shift of each further series, in units of log2(width)
 
 
-def series_styles(series) -> dict[str, dict]:
+def series_styles(series, replication=()) -> dict[str, dict]:
     """Each series' style: the first other than the replication solid with filled circles, the
-    replication dotted with open squares, any further one dashed with triangles."""
+    replication (the series of ``replication``: grids that say ``replication: true``) dotted with
+    open squares, any further one dashed with triangles."""
     out, main = {}, False
     for name in sorted(set(series)):  # (any order of the same series: the same styles)
-        if is_replication_series(name):
+        if name in set(replication):
             out[name] = REPLICATION_STYLE
         elif not main:
             out[name], main = MAIN_STYLE, True
@@ -61,10 +61,12 @@ def style_text(style: dict) -> str:
     return f"{line} lines, {'open' if style.get('mfc') == 'none' else 'filled'} {marker}"
 
 
-def _label(row, multi_layers: bool) -> str:
-    """A line's name and colour: the architecture (Zoology's form of it shares its colour; the
-    series' line style tells them apart), with the depth where depths differ."""
-    arch = architecture(row["model"])
+def _label(row, multi_layers: bool, cards: dict) -> str:
+    """A line's name and colour: the label of the model's card, a replication's that of the model
+    it replicates (Zoology's form of it shares its colour; the series' line style tells them
+    apart), with the depth where depths differ."""
+    card = cards[row["model"]]
+    arch = literal(cards[card.base].label if card.role == "replication" else card.label)
     return f"{arch} ({row['layers']}L)" if multi_layers else arch
 
 
@@ -91,16 +93,16 @@ def _finish(fig, title: str, scale: str, paths) -> None:
     plt.close(fig)
 
 
-def width_figure(best, cells, title, scale, paths, published=None, **_):
+def width_figure(best, cells, title, scale, paths, published=None, cards=None, replication=(), **_):
     """Accuracy vs width, one panel per sequence length; seeds' mean with max-min bars;
     Zoology's published points (read off its Figure 2) as stars where given."""
     sns.set_theme(style="whitegrid", context="paper")
     lengths = sorted(best["seq_len"].unique())
     multi_layers = best["layers"].nunique() > 1
-    best = best.assign(label=best.apply(_label, axis=1, multi_layers=multi_layers))
+    best = best.assign(label=best.apply(_label, axis=1, multi_layers=multi_layers, cards=cards))
     labels = sorted(best["label"].unique())
     colors = dict(zip(labels, sns.color_palette("tab10", len(labels))))
-    styles = series_styles(best["series"])
+    styles = series_styles(best["series"], [literal(x) for x in replication])
     shift = dodges(styles)
     fig, axes = plt.subplots(1, len(lengths), figsize=(3.6 * len(lengths) + 1.5, 3.4), squeeze=False, sharey=True)
     for ax, L in zip(axes[0], lengths):
@@ -112,7 +114,8 @@ def width_figure(best, cells, title, scale, paths, published=None, **_):
         if published is not None:
             pub = published[(published["seq_len"] == L) & published["model"].isin(best["model"])]
             for model, g in pub.groupby("model"):
-                lab = next((x for x in labels if x.split(" (")[0] == model), None)
+                lab = next((x for x in labels if x.split(" (")[0] == literal(cards[model].label)), None) \
+                    if model in cards else None
                 ax.scatter(g["width"], g["accuracy"], marker="*", s=90, color=colors.get(lab, "green"),
                            edgecolor="green", zorder=5, label=f"{model}, Zoology published")
         kv = sub["task_name"].iloc[0]
@@ -297,9 +300,20 @@ def dynamics_figure(best, cells, title, scale, paths, metrics=None, solve_at=0.9
 PLOTS = {"width": width_figure, "lr": lr_figure, "params": params_figure, "dynamics": dynamics_figure}
 
 
-def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, paths, **extra) -> None:
+def render(kind: str, best_csv: str, cells_csv: str, title: str, scale: str, paths, models=None, **extra) -> None:
+    """Draw one figure; ``models``: the config's models (their cards name the lines; default:
+    config.yaml's), ``replication``: the replication's series."""
     if kind not in PLOTS:
         raise ValueError(f"unknown plot kind {kind!r}; known: {sorted(PLOTS)}")
+    from arrepro.config.cards import cards
+
+    if models is None:
+        import yaml
+
+        from arrepro.config.paths import REPO_ROOT
+
+        models = yaml.safe_load((REPO_ROOT / "config.yaml").read_text())["models"]
+    extra["cards"] = cards(models)
     from arrepro.report.aggregate import read_best_table, read_cells_table
     from arrepro.config.cellfiles import read_metrics
     from arrepro.files import read_csv

@@ -12,6 +12,7 @@ import textwrap
 import pandas as pd
 
 from arrepro.config import defaults
+from arrepro.config.cards import card_of
 from arrepro.report.tex import acc, literal_tex, lr_label, tex_escape
 
 
@@ -57,7 +58,8 @@ def _save(df: pd.DataFrame, csv_path, tex_path, caption_note: str, scale: str) -
 
 
 def _model_label(models: dict, name: str) -> str:
-    return models.get(name, {}).get("label", name)
+    """A model as the tables print it: its card's label (arrepro.config.cards)."""
+    return card_of(models, name).label
 
 
 def accuracy_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
@@ -75,7 +77,7 @@ def positional_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
     """Table 4: rows = architecture, columns = positional scheme of the model variant."""
     names = {"none": "No PE", "sinusoidal": "Absolute PE", "rope": "Relative PE (RoPE)", "learned": "Learned PE"}
     best = best.assign(
-        arch=[models[m].get("label", models[m]["mixer"]).split(" (")[0] for m in best["model"]],
+        arch=[_model_label(models, card_of(models, m).base) for m in best["model"]],  # a variant: the model it varies
         pos=[names[defaults.model(models[m])["position"]] for m in best["model"]],
         cell=[f"{_pm(r['mean'], r['std'])} (LR {_lr(r['best_lr'])} of {candidates_text(r)})" for _, r in best.iterrows()],
     )
