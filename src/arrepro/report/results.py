@@ -140,8 +140,9 @@ class Results:
 
     def first_of(self, family: str) -> str | None:
         """The first model of ``family`` (attention or recurrent, its card's) this experiment's main
-        series trained, in the config's order (None if none): the copy task's Transformer and Mamba."""
-        return next((m for m in self.models() if self.card(m).family == family), None)
+        series trained, in config.yaml's order (None if none): the copy task's Transformer and Mamba."""
+        trained = set(self.rows()["model"])
+        return next((m for m, c in self.cards.items() if m in trained and c.family == family), None)
 
     def copies(self) -> bool:
         """Whether this experiment's main series trains the copy task."""
