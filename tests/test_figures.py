@@ -14,7 +14,7 @@ import yaml
 from arrepro.config.cellfiles import metrics_text, seal
 from arrepro.config.grid import Grid
 
-from test_workflow import copy_workflow
+from test_workflow import ROOT, copy_workflow
 
 
 def fabricate_cell(spec: dict, path, rng, epochs: int = 3) -> None:
@@ -103,7 +103,11 @@ def test_fig2_coinciding_series_stay_distinguishable(monkeypatch, tmp_path):
     same = {"model": "mamba", "mean": 0.5, "best_lr": 1e-2}
     best = best_rows([{**same, "series": s, "width": w} for s in ("the search (this work)", "replication (coarse grid)")
                       for w in (16, 32)])
-    ax = drawn(monkeypatch, "width", best, pd.DataFrame(), tmp_path).axes[0]
+    from arrepro.config.cards import cards
+
+    models = yaml.safe_load((ROOT / "config.yaml").read_text())["models"]
+    ax = drawn(monkeypatch, "width", best, pd.DataFrame(), tmp_path, cards=cards(models),
+               replication=["replication (coarse grid)"]).axes[0]  # (its grid says `replication: true`)
     lines = [line for line in ax.get_lines() if line.get_marker() in ("o", "s", "^", "D")]  # (not the bars' caps)
     assert len(lines) == 2
     a, b = lines
