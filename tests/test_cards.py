@@ -84,3 +84,13 @@ def test_renaming_a_model_changes_neither_its_label_nor_a_claims_verdict_input()
     config["models"]["zoology_snake"] = config["models"].pop("zoology_hyena")
     c = card_of(config["models"], "zoology_snake")
     assert (c.label, c.family, c.role, c.base) == ("Zoology's Hyena", "recurrent", "replication", "hyena")
+
+
+def test_a_card_citing_a_key_the_bibliography_lacks_fails_naming_the_model():
+    from arrepro.report.lint import check_citations
+
+    config = copy.deepcopy(CONFIG)
+    check_citations(ROOT / "paper/main.tex", {"models": config["models"]})  # every card's key is in refs.bib
+    config["models"]["hyena"]["card"]["cite"] = "poli2099hyena"
+    with pytest.raises(ValueError, match=r"config.yaml models.hyena.card.cite: 'poli2099hyena'"):
+        check_citations(ROOT / "paper/main.tex", {"models": config["models"]})

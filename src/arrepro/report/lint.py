@@ -1,6 +1,7 @@
 """The manuscript's lint: every key paper/main.tex reads with ``\\R{key}`` or ``\\Verdict{id}`` is
 one numbers.tex defines or could define at some scale (a known experiment, model and statistic,
-or claim); a misspelt key, which would print "n/a", fails naming it."""
+or claim); a misspelt key, which would print "n/a", fails naming it; so does a model card's
+citation key that the manuscript's bibliography lacks (it would print "?")."""
 from __future__ import annotations
 
 import re
@@ -48,3 +49,14 @@ def check_manuscript_keys(tex_path, defined: set[str], meta: dict) -> None:
         raise ValueError(f"{tex_path}: key(s) {', '.join(bad)} not defined by numbers.tex and not a known "
                          f"experiment/model/statistic or claim (see {__spec__.name}.MODEL_STATS, EXP_FIELDS, "
                          f"{judge.__module__}.CLAIMS)")
+
+
+def check_citations(tex_path, meta: dict) -> None:
+    """Fail on a citation key of a model card (config.yaml ``models.NAME.card.cite``) that the
+    bibliography beside the manuscript (``refs.bib``) does not define, naming the model."""
+    bib = Path(tex_path).parent / "refs.bib"
+    known = set(re.findall(r"@\w+\{\s*([^,\s]+)\s*,", bib.read_text())) if bib.exists() else set()
+    bad = [f"config.yaml models.{m}.card.cite: {d['card']['cite']!r}" for m, d in (meta.get("models") or {}).items()
+           if d.get("card", {}).get("cite") and d["card"]["cite"] not in known]
+    if bad:
+        raise ValueError(f"{'; '.join(bad)}: no such key in {bib}")

@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 
 from arrepro.config import defaults
-from arrepro.report.lint import check_manuscript_keys
+from arrepro.report.lint import check_citations, check_manuscript_keys
 from arrepro.report.results import load_results
 from arrepro.report.setup_text import setup_tex
 from arrepro.report.texkeys import numbers_tex
@@ -41,10 +41,12 @@ from arrepro.report.texkeys import numbers_tex
 def write_paper_inputs(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[str, str],
                        numbers_out: str | Path, setup_out: str | Path, manuscript: str | Path = "paper/main.tex") -> None:
     """``meta``: see ``grid_meta``. Fails, naming the key, when ``manuscript`` reads a key that the
-    numbers do not define and that is no known result (``check_manuscript_keys``)."""
+    numbers do not define and that is no known result (``check_manuscript_keys``), or when a model
+    card cites a key the bibliography lacks (``check_citations``)."""
     results = load_results(meta, best_csvs, cells_csvs)
     text = numbers_tex(meta, results)
     check_manuscript_keys(manuscript, set(re.findall(r"\\arset\{([^{}]*)\}", text)), meta)
+    check_citations(manuscript, meta)
     Path(numbers_out).parent.mkdir(parents=True, exist_ok=True)
     Path(numbers_out).write_text(text)
     Path(setup_out).write_text(setup_tex(meta))
