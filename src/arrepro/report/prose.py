@@ -126,41 +126,41 @@ def window_text(w) -> str:
     return f"{w.width:.2f} to {w.width_max:.2f} decades ({span})"
 
 
-def sentences(r) -> dict[str, str]:
+def sentences(e) -> dict[str, str]:
     """The passages of the text that list this experiment's models (only those it trained:
     a model it does not train is never named with a missing number) or say what its numbers
     rest on; main.tex reads each as \\R{EXP/NAME}."""
-    main, models = r.rows(), r.models()
-    out = {"models": join([model_name(r.cards, m) for m in models]),
-           "maxlist": join([f"{model_name(r.cards, m)} {r.stat(m, 'max')}" for m in models]),
-           "basis": basis(r), "goodtext": good_text(r), "besttext": best_text(r),
-           "goodmain": good_text(r, ("attention", "hyena", "mamba")),
-           "widest": "; ".join(f"{model_name(r.cards, m)}: {r.stat(m, 'window')}" for m in models if r.stat(m, "window")),
-           "untrained": untrained_text(r)}
-    if r.series["zoo"] and not r.rows(part="zoo").empty:
-        out["gridtext"] = grid_text(r)
-    if r.definition.get("plot") == "width":
-        out["legend"] = series_legend(main["series"].tolist() + r.rows(part="zoo")["series"].tolist(),
-                                      r.series["zoo"], "published" in r.definition)
+    main, models = e.rows(), e.models()
+    out = {"models": join([model_name(e.cards, m) for m in models]),
+           "maxlist": join([f"{model_name(e.cards, m)} {e.stat(m, 'max')}" for m in models]),
+           "basis": basis(e), "goodtext": good_text(e), "besttext": best_text(e),
+           "goodmain": good_text(e, ("attention", "hyena", "mamba")),
+           "widest": "; ".join(f"{model_name(e.cards, m)}: {e.stat(m, 'window')}" for m in models if e.stat(m, "window")),
+           "untrained": untrained_text(e)}
+    if e.series["zoo"] and not e.rows(part="zoo").empty:
+        out["gridtext"] = grid_text(e)
+    if e.definition.get("plot") == "width":
+        out["legend"] = series_legend(main["series"].tolist() + e.rows(part="zoo")["series"].tolist(),
+                                      e.series["zoo"], "published" in e.definition)
     return out
 
 
-def untrained_text(r) -> str:
+def untrained_text(e) -> str:
     """The models the paper scale's experiment of this name trains that this one does not:
     "Mamba without its gate and S6 + MLP are not trained at this scale."."""
-    if not r.paper_definition:
+    if not e.paper_definition:
         return ""
-    paper = dict.fromkeys(m for g in r.paper_definition["grids"] if not is_replication(g) for m in g["models"])
-    names = set((model_name(r.cards, m) for m in r.models()))
-    missing = list(dict.fromkeys(model_name(r.cards, m) for m in paper if model_name(r.cards, m) not in names))
+    paper = dict.fromkeys(m for g in e.paper_definition["grids"] if not is_replication(g) for m in g["models"])
+    names = {model_name(e.cards, m) for m in e.models()}
+    missing = list(dict.fromkeys(model_name(e.cards, m) for m in paper if model_name(e.cards, m) not in names))
     if not missing:
         return ""
     return f"{cap(join(missing))} {'is' if len(missing) == 1 else 'are'} not trained at this scale."
 
 
-def basis(r) -> str:
+def basis(e) -> str:
     """What each point of the experiment's figure (or row of its table) rests on, in a sentence."""
-    b = r.rows()
+    b = e.rows()
     if b.empty:
         return ""
     n = sorted({len(row_candidates(r)) for _, r in b.iterrows()})
@@ -172,11 +172,11 @@ def basis(r) -> str:
     cells = plural(spent[0], "training run") if len(spent) == 1 else f"{spent[0]} to {spent[-1]} training runs"
     stat_txt = (f"the best, over its setting's {cands}, of the mean over {seeds_txt} (each candidate "
                 f"trained on every one of them; the setting's search spent {cells})")
-    kind = r.definition.get("plot", "table")
+    kind = e.definition.get("plot", "table")
     if kind == "dynamics":
         return (f"Each curve: the mean over {seeds_txt} at the learning rate reported, {stat_txt}.")
     if kind == "lr":
-        c = r.rows(cells=True)
+        c = e.rows(cells=True)
         per = c.groupby(["task", "model", "width", "layers", "lr"])["seed"].nunique()
         full = per.max()
         points_txt = ("Each point: the mean over " + seeds_txt + " at that learning rate" if (per == full).all() else
@@ -187,18 +187,18 @@ def basis(r) -> str:
     return f"Each number is {stat_txt}; {spread}."
 
 
-def good_text(r, models=None) -> str:
+def good_text(e, models=None) -> str:
     """Per model (of ``models``, if given), the setting with the most good learning rates:
     "attention reaches 90\\% at 3 of the 5 learning rates tried ($10^{-3}$ to $10^{-2}$), Hyena at
     none of the 4"."""
     parts = []
-    for i, m in enumerate(x for x in r.models() if models is None or x in models):
-        b = r.rows(m)
+    for i, m in enumerate(x for x in e.models() if models is None or x in models):
+        b = e.rows(m)
         if "window_status" not in b.columns:
             return ""
         ws = [(window_of(r), r) for _, r in b.iterrows()]
         w, r = max(ws, key=lambda p: (p[0].n_good, window_rank(p[0])))
-        main = r.rows()
+        main = e.rows()
         varies = [(k, f"{k.replace('seq_len', 'length')} {fmt_int(r[k])}") for k in ("seq_len", "width", "layers")
                   if main[k].nunique() > 1]
         where = f" at {', '.join(t for _, t in varies)}" if varies else ""
@@ -206,35 +206,35 @@ def good_text(r, models=None) -> str:
         count = "none" if w.n_good == 0 else str(w.n_good)
         at = (f"at {count} of the {tried} learning rates tried" if tried > 1 else
               f"at its one learning rate" if w.n_good else "not at its one learning rate")
-        verb = f"{model_name(r.cards, m)}{' reaches ' + GOOD_TEXT if i == 0 else ''} {at}"
+        verb = f"{model_name(e.cards, m)}{' reaches ' + GOOD_TEXT if i == 0 else ''} {at}"
         good = ("" if w.status != "window" else f" ({tex_lr(w.lo)})" if w.lo == w.hi else
                 f" ({tex_lr(w.lo)} to {tex_lr(w.hi)})")
         parts.append(f"{verb}{where}{good}")
     return join(parts)
 
 
-def best_text(r) -> str:
+def best_text(e) -> str:
     """Per model, its best mean accuracy and learning rate, and what the reference grid's
     learning rates alone would have given (where the search tried them all)."""
-    if not r.reference_lrs:
+    if not e.reference_lrs:
         return ""
     parts = []
-    for m in r.models():
-        top = r.rows(m).sort_values("mean").iloc[-1]
-        ref = r.stat(m, "refbest")
+    for m in e.models():
+        top = e.rows(m).sort_values("mean").iloc[-1]
+        ref = e.stat(m, "refbest")
         ref_txt = (f"; with the coarse grid's learning rates alone, {ref}" if ref else
                    "; the coarse grid's learning rates were not all tried")
-        parts.append(f"{model_name(r.cards, m)}'s best mean accuracy is {pct_range(top['mean'], top['min'], top['max'])}, "
+        parts.append(f"{model_name(e.cards, m)}'s best mean accuracy is {pct_range(top['mean'], top['min'], top['max'])}, "
                      f"at learning rate {tex_lr(top['best_lr'])}{ref_txt}")
     return cap("; ".join(parts))
 
 
-def grid_text(r) -> str:
+def grid_text(e) -> str:
     """The search (or fine grid) against the replication of Zoology's coarse grid."""
-    main, zoo = r.rows(cells=True), r.rows(part="zoo", cells=True)
-    searched = r.rows()["outcome"].ne("fixed").any() if "outcome" in r.rows().columns else False
+    main, zoo = e.rows(cells=True), e.rows(part="zoo", cells=True)
+    searched = e.rows()["outcome"].ne("fixed").any() if "outcome" in e.rows().columns else False
     ours = "the search" if searched else "the fine grid"
-    per, total = r.rows()["n_lrs"], main["lr"].nunique()
+    per, total = e.rows()["n_lrs"], main["lr"].nunique()
     tried = (f"tried {fmt_int(per.min())} to {fmt_int(per.max())} learning rates a setting"
              if per.min() != per.max() else f"tried {plural(per.max(), 'learning rate')} a setting")
     if total != per.max():
@@ -242,24 +242,24 @@ def grid_text(r) -> str:
     zlrs = sorted(zoo["lr"].unique())
     text = (f"{cap(ours)} {tried}; the replication trains the coarse grid's {plural(len(zlrs), 'learning rate')} "
             f"({join([tex_lr(x) for x in zlrs])})")
-    gain = r.zoology_gain()
+    gain = e.zoology_gain()
     if gain is not None:
         change = ("leaves the best mean accuracy where the coarse grid has it (a mean change of 0.0 points)"
                   if points(gain) == "0.0" else f"changes the best mean accuracy by {points(gain)} points on average")
-        text += f". Over the {plural(len(r.matched()), 'matched setting')} of the recurrent models, {ours} {change}"
-    for m in r.models():
-        zm = next((z for z in r.models("zoo") if r.card(z).base == m), None)
-        if zm is None or r.card(m).attention:
+        text += f". Over the {plural(len(e.matched()), 'matched setting')} of the recurrent models, {ours} {change}"
+    for m in e.models():
+        zm = next((z for z in e.models("zoo") if e.card(z).base == m), None)
+        if zm is None or e.card(m).attention:
             continue
-        zoo = r.rows(zm, part="zoo")
-        both = r.rows(m).merge(zoo[["task", "width", "layers"]], on=["task", "width", "layers"])
+        zoo = e.rows(zm, part="zoo")
+        both = e.rows(m).merge(zoo[["task", "width", "layers"]], on=["task", "width", "layers"])
         if both.empty:
             continue
         top = both.sort_values("mean").iloc[-1]  # the best of the settings both trained
         z = zoo[(zoo["width"] == top["width"]) & (zoo["layers"] == top["layers"]) & (zoo["task"] == top["task"])]
         a, b = (pct_range(r["mean"], r["min"], r["max"]) for r in (top, z.iloc[0]))
-        where = "" if r.rows()["seq_len"].nunique() == 1 else f", length {fmt_int(top['seq_len'])}"
-        text += (f"; {fmt_int(top['layers'])}-layer {model_name(r.cards, m)}'s best setting of those (width {fmt_int(top['width'])}"
+        where = "" if e.rows()["seq_len"].nunique() == 1 else f", length {fmt_int(top['seq_len'])}"
+        text += (f"; {fmt_int(top['layers'])}-layer {model_name(e.cards, m)}'s best setting of those (width {fmt_int(top['width'])}"
                  f"{where}) reaches " + (f"{a} with both" if a == b else f"{a} with {ours} and {b} with the coarse grid"))
     return text
 

@@ -38,45 +38,45 @@ RUN_KEYS = {"claims/n", "claims/consistent", "claims/contradicted", "claims/inco
             "claims/summary", "blocks/models", "blocks/paper", "blocks/paperdrew"}
 
 
-def experiment_keys(r) -> dict[str, str]:
+def experiment_keys(e) -> dict[str, str]:
     """An experiment's keys (``\\R{EXP/...}``) of its ``arrepro.report.results.Results``."""
-    out = {f"{r.name}/title": tex_escape(r.title),
-           f"{r.name}/metric": METRIC_NAMES.get(r.metric, tex_escape(r.metric))}
+    out = {f"{e.name}/title": tex_escape(e.title),
+           f"{e.name}/metric": METRIC_NAMES.get(e.metric, tex_escape(e.metric))}
     for part, prefix in (("main", ""), ("zoo", "zoo/")):
-        for model in r.rows(part=part)["model"].unique():
-            b, c = r.rows(model, part=part), r.rows(model, part=part, cells=True)
-            for k, v in model_stats(b, c, r.metric, r.reference_lrs).items():
-                out[f"{r.name}/{prefix}{model}/{k}"] = v
+        for model in e.rows(part=part)["model"].unique():
+            b, c = e.rows(model, part=part), e.rows(model, part=part, cells=True)
+            for k, v in model_stats(b, c, e.metric, e.reference_lrs).items():
+                out[f"{e.name}/{prefix}{model}/{k}"] = v
             for nl in sorted(b["layers"].unique()):
-                for k, v in model_stats(b[b["layers"] == nl], c[c["layers"] == nl], r.metric,
-                                        r.reference_lrs).items():
-                    out[f"{r.name}/{prefix}{model}/L{nl}/{k}"] = v
-    for alias, family in COPY_ALIASES.items() if r.copies() else ():  # the copy task's models, whichever the scale trains
-        name = r.first_of(family)
+                for k, v in model_stats(b[b["layers"] == nl], c[c["layers"] == nl], e.metric,
+                                        e.reference_lrs).items():
+                    out[f"{e.name}/{prefix}{model}/L{nl}/{k}"] = v
+    for alias, family in COPY_ALIASES.items() if e.copies() else ():  # the copy task's models, whichever the scale trains
+        name = e.first_of(family)
         if name is None:
             continue
-        out.update({f"{r.name}/{alias}/{k[len(r.name) + len(name) + 2:]}": v for k, v in list(out.items())
-                    if k.startswith(f"{r.name}/{name}/")})
-    main = r.rows()
+        out.update({f"{e.name}/{alias}/{k[len(e.name) + len(name) + 2:]}": v for k, v in list(out.items())
+                    if k.startswith(f"{e.name}/{name}/")})
+    main = e.rows()
     if not main.empty:
         top = main.loc[main["mean"].idxmax()]
-        out.update({f"{r.name}/best/model": model_name(r.cards, top["model"]), f"{r.name}/best/width": fmt_int(top["width"]),
-                    f"{r.name}/best/layers": fmt_int(top["layers"]), f"{r.name}/best/len": fmt_int(top["seq_len"]),
-                    f"{r.name}/best/acc": pct(top["mean"]), f"{r.name}/best/basis": rests_on_short(top),
-                    f"{r.name}/layers": join([str(n) for n in sorted(main["layers"].unique())])})
-        if r.reference_lrs:
-            out[f"{r.name}/reflrs"] = join([tex_lr(x) for x in r.reference_lrs])
-        out.update({f"{r.name}/{k}": v for k, v in sentences(r).items() if v})
+        out.update({f"{e.name}/best/model": model_name(e.cards, top["model"]), f"{e.name}/best/width": fmt_int(top["width"]),
+                    f"{e.name}/best/layers": fmt_int(top["layers"]), f"{e.name}/best/len": fmt_int(top["seq_len"]),
+                    f"{e.name}/best/acc": pct(top["mean"]), f"{e.name}/best/basis": rests_on_short(top),
+                    f"{e.name}/layers": join([str(n) for n in sorted(main["layers"].unique())])})
+        if e.reference_lrs:
+            out[f"{e.name}/reflrs"] = join([tex_lr(x) for x in e.reference_lrs])
+        out.update({f"{e.name}/{k}": v for k, v in sentences(e).items() if v})
     for part, prefix in (("main", ""), ("zoo", "zoo/")):
-        c = r.rows(part=part, cells=True)
+        c = e.rows(part=part, cells=True)
         if not c.empty:
-            out[f"{r.name}/{prefix}nlrs"] = fmt_int(c["lr"].nunique())
-    gain = r.zoology_gain()
+            out[f"{e.name}/{prefix}nlrs"] = fmt_int(c["lr"].nunique())
+    gain = e.zoology_gain()
     if gain is not None:
-        out[f"{r.name}/gain"] = points(gain)
-    spread = r.pe_spread()
+        out[f"{e.name}/gain"] = points(gain)
+    spread = e.pe_spread()
     if spread is not None:
-        out[f"{r.name}/pespread"], out[f"{r.name}/pespreadmodel"] = points(spread[0]).lstrip("+"), model_name(r.cards, spread[1])
+        out[f"{e.name}/pespread"], out[f"{e.name}/pespreadmodel"] = points(spread[0]).lstrip("+"), model_name(e.cards, spread[1])
     return out
 
 
@@ -90,7 +90,9 @@ def claim_rows(results: dict) -> tuple[list[str], dict[str, str]]:
     return rows, keys
 
 
-def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
+def numbers_tex(meta: dict, results: dict) -> str:
+    """numbers.tex: the run's macros, every experiment's keys (``results``: experiment ->
+    ``arrepro.report.results.Results``), the claims and the floats' numbers."""
     cells = pd.concat([r.cells for r in results.values()], ignore_index=True).drop_duplicates("cell_dir")
     scale = meta["scale"]
     macros = {
@@ -132,7 +134,7 @@ def numbers_tex(meta: dict, results: dict[str, Results]) -> str:
     lines.append(r"\newcommand{\ExpList}{" + "".join(f"\\DoExp{{{e}}}{{{k}}}" for e, k in kinds.items()) + "}")
     keys = {}
     for r in results.values():
-        keys.update(r.keys())
+        keys.update(experiment_keys(r))
     rows, claim_keys = claim_rows(results)
     keys.update(claim_keys)
     lines.append(f"\\newcommand{{\\NumClaims}}{{{len(rows)}}}")
