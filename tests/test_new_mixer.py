@@ -48,7 +48,7 @@ CARD = {"label": LABEL, "family": "recurrent", "role": "core", "cost": 1.2}
 
 
 def smk(wd, *args):
-    p = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--config", "scale=tiny", *args],
+    p = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args, "--config", "scale=tiny"],
                        cwd=wd, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p
@@ -76,7 +76,7 @@ def test_a_new_mixer_reaches_fig2_and_the_paper_by_its_file_and_config_alone(tex
     drawn = subprocess.run(["pdftotext", str(wd / "results/tiny/fig2.pdf"), "-"], capture_output=True, text=True,
                            check=True).stdout
     assert LABEL in " ".join(drawn.split()), drawn  # the figure's legend: the card's label
-    smk(wd, "--allowed-rules", "paper_numbers", "paper", "--", "results/tiny/paper.pdf")
+    smk(wd, "results/tiny/paper.pdf", "--allowed-rules", "paper_numbers", "paper")
     text = subprocess.run(["pdftotext", str(wd / "results/tiny/paper.pdf"), "-"], capture_output=True, text=True,
                           check=True).stdout
     flat = " ".join(text.split())
