@@ -302,6 +302,21 @@ class Evidence:
         """Best score first; equal scores: the lower learning rate first."""
         return sorted(lrs, key=lambda lr: (-self.score(lr), lr))
 
+    def promise(self, lr: float) -> float:
+        """How good ``lr`` may be, for choosing which learning rates get seeds (never for what is
+        reported): its score, or, where both its nearest tried neighbours score higher, the lower
+        of theirs. A rate between two that learn is as likely to learn as they are; its own few
+        seeds may have failed where the others' did not (the winner's curse of one seed)."""
+        tried = self.tried
+        i = tried.index(lr)
+        if 0 < i < len(tried) - 1:
+            return max(self.score(lr), min(self.score(tried[i - 1]), self.score(tried[i + 1])))
+        return self.score(lr)
+
+    def by_promise(self, lrs) -> list[float]:
+        """Most promising first (``promise``); ties: the better score, then the lower learning rate."""
+        return sorted(lrs, key=lambda lr: (-self.promise(lr), -self.score(lr), lr))
+
     def cells(self) -> int:
         return sum(map(len, self.acc.values()))
 
@@ -452,6 +467,19 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
     return new[:spec.per_round], "; ".join(why)
 
 
+def _thin_neighbours(spec: SearchSpec, ev: Evidence, e: int) -> list[float]:
+    """With a scan (where a seed may fail at some rates and not others): the nearest tried
+    neighbours of the most promising learning rate that have fewer than ``e`` seeds, the seeds up
+    to the first that learned: a neighbour seen only by a seed that learned nothing anywhere
+    does not resolve the best (it is as good as untried)."""
+    if not spec.scan or not ev.learned_any or e <= len(spec.search_seeds):
+        return []
+    tried = ev.tried
+    b = ev.by_promise(tried)[0]
+    i = tried.index(b)
+    return [tried[j] for j in (i - 1, i + 1) if 0 <= j < len(tried) and ev.n(tried[j]) < e]
+
+
 # --------------------------------------------------------------------------- seeds
 def _lift(spec: SearchSpec, ev: Evidence, lr: float, to: int) -> list[tuple[float, int]]:
     return [(lr, s) for s in spec.seeds[ev.n(lr):to]]
@@ -482,7 +510,7 @@ def _ladder_gap(spec: SearchSpec, ev: Evidence) -> tuple[int, list[float]]:
     for (seeds, take), before in zip(spec.ladder, spec.levels):
         pool = [lr for lr in ev.tried if ev.n(lr) >= before]
         # nothing learned anywhere (after a scan): the ranking is noise, so the cheapest to complete
-        top = (ev.ranked(pool) if ev.learned_any or not spec.scan
+        top = ((ev.by_promise(pool) if spec.scan else ev.ranked(pool)) if ev.learned_any or not spec.scan
                else sorted(pool, key=lambda lr: (-ev.n(lr), -ev.score(lr), lr)))[:take]
         lift = [lr for lr in top if ev.n(lr) < seeds]
         if lift:
@@ -535,7 +563,8 @@ def contenders(spec: SearchSpec, ev: Evidence) -> list[float]:
     if not full or not ev.learned_any:  # nothing learned on any seed: nothing to beat
         return []
     top = max(full.values())
-    return ev.ranked([lr for lr in ev.tried if lr not in full and ev.bound(lr) > top + EXACT])
+    left = [lr for lr in ev.tried if lr not in full and ev.bound(lr) > top + EXACT]
+    return ev.by_promise(left) if spec.scan else ev.ranked(left)
 
 
 def _maybe_good(spec: SearchSpec, ev: Evidence) -> list[float]:
@@ -696,12 +725,20 @@ def decide(spec: SearchSpec, rounds: list[Round], results: dict) -> tuple[Round 
     if rounds_left >= 1 + bool(spec.ladder) and sum(r.kind == "refine" for r in rounds) < spec.rounds:
         new, why = explore(spec, ev, left)
         e = explore_level(spec, ev)
-        while new and len(new) * e + max(_ladder_cost(spec, ev, len(new)), _finish_reserve(spec, ev, len(new))) > left:
+        lift = _thin_neighbours(spec, ev, e)
+        extra = sum(e - ev.n(lr) for lr in lift)
+        while new and len(new) * e + extra + max(_ladder_cost(spec, ev, len(new)), _finish_reserve(spec, ev, len(new))) > left:
             new = new[:-1]  # what still fits beside the ladder's cells
-        if new:
-            if e > len(spec.search_seeds):
+        if lift and not new and extra + _ladder_cost(spec, ev) > left:
+            lift = []  # a thin neighbour is lifted while the ladder's expected cells still fit
+        if new or lift:
+            if new and e > len(spec.search_seeds):
                 why += f" (on seeds {', '.join(map(str, spec.seeds[:e]))}: the search seeds learned nothing)"
-            return Round("refine", [(lr, s) for lr in new for s in spec.seeds[:e]], why), state_of(spec, ev, "refine")
+            if lift:
+                why = ("; ".join(x for x in (why if new else "", f"the best's neighbour(s) {_lrs(lift)} tried on fewer "
+                       f"seeds than the seeds that learn ({e}): lifted to them") if x))
+            cells = [(lr, s) for lr in new for s in spec.seeds[:e]] + [c for lr in lift for c in _lift(spec, ev, lr, e)]
+            return Round("refine", cells, why), state_of(spec, ev, "refine")
     if rounds_left >= 1:
         cells, why = climb(spec, ev, left, last=rounds_left == 1)
         if cells:
