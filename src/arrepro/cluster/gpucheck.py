@@ -368,7 +368,8 @@ exec "{real}/bin/nvcc" "${{args[@]}}"
     if not any((real / lib / "libcudart.so").exists() for lib in ("lib64", "lib")):
         found = sorted(real.glob("lib*/libcudart.so.*"))
         if found:
-            (home / "lib64").unlink()  # the link to real/lib64, replaced by a folder of links
+            if (home / "lib64").is_symlink():
+                (home / "lib64").unlink()  # the link to real/lib64, replaced by a folder of links
             (home / "lib64").mkdir()
             for lib in ("lib64", "lib"):
                 for f in (real / lib).glob("*") if (real / lib).is_dir() else ():
@@ -444,10 +445,18 @@ class Install:
             if self.cuda_home is None or self.arch is None:
                 self.status[dist] = "not installed (no CUDA toolkit: no build)"
             else:
+                # PATH: this interpreter's folder first, for its ninja (torch builds in parallel, MAX_JOBS,
+                # only with ninja)
                 env = dict(os.environ, **{f"{var}_FORCE_BUILD": "TRUE", "CUDA_HOME": str(self.cuda_home),
-                                          "MAX_JOBS": str(self.jobs), "NVCC_THREADS": "4",
+                                          "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                                   os.environ.get("PATH", "")]),
+                                          "MAX_JOBS": str(self.jobs),
                                           "TORCH_CUDA_ARCH_LIST": f"{self.arch[:-1]}.{self.arch[-1]}"})
                 out = self.work / f"wheel-{dist}"
+                if out.exists():  # an earlier run's wheel is no evidence of this build
+                    import shutil
+
+                    shutil.rmtree(out)
                 cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-index", "--no-deps",
                        "--no-build-isolation", "--no-cache-dir", "-w", str(out), str(sdist)]
                 with open(self.logs[dist], "ab") as f:
@@ -728,9 +737,11 @@ def family_kernel(config: dict, family: str) -> str | None:
 
 def speed_rows(config: dict, *, scale: str, width: int, layers: int, device, paper_precision: str,
                why_not: dict[str, str | None], overrides: dict | None, steps: int, warmup: int,
-               families=SPEED_FAMILIES, log=print) -> list[dict]:
+               families=SPEED_FAMILIES, stop_at: float | None = None, log=print) -> list[dict]:
     """Per family: its kernels at their precision and the portable path at the same; where that is
     bf16, also the portable path at the paper's precision (what the paper scale trains)."""
+    import time
+
     from arrepro.models import kernels
 
     rows = []
@@ -744,6 +755,10 @@ def speed_rows(config: dict, *, scale: str, width: int, layers: int, device, pap
         else:
             runs = [(False, paper_precision)]
         for use, prec in runs:
+            if stop_at is not None and time.monotonic() > stop_at:
+                rows.append({"family": family, "run": "kernels" if use else "portable", "precision": prec,
+                             "skipped": "past --deadline", "paths": []})
+                continue
             try:
                 r = time_step(config, family, scale=scale, width=width, layers=layers, device=device, precision=prec,
                               use_kernels=use, overrides=overrides, steps=steps, warmup=warmup)
@@ -849,8 +864,9 @@ def markdown(report: dict) -> str:
               "| family | run | precision | shape | tokens/s | TFLOP/s | cost model's TFLOP/s | peak memory | paths |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in report["speed"]:
-        if "error" in r:
-            lines.append(f"| {r['family']} | {r['run']} | {r['precision']} | | **ERROR**: {r['error'][:300]} | | | | |")
+        if "error" in r or "skipped" in r:
+            what = f"**ERROR**: {r['error'][:300]}" if "error" in r else f"skipped: {r['skipped']}"
+            lines.append(f"| {r['family']} | {r['run']} | {r['precision']} | | {what} | | | | |")
             continue
         lines.append(f"| {r['family']} | {r['run']} | {r['precision']} | {r['shape']} | {r['tokens_per_s']:,.0f} | "
                      f"{r['model_tflops']:.3g} | {r['cost_model_tflops']:.3g} | "
@@ -1013,7 +1029,8 @@ def verify(a) -> int:
         log("one training step per family, kernels and portable")
         speed = speed_rows(config, scale=a.scale, width=a.speed_width, layers=a.speed_layers, device=device,
                            paper_precision=paper_precision, why_not=why, overrides=overrides(why), steps=a.speed_steps,
-                           warmup=a.speed_warmup, families=a.families or SPEED_FAMILIES, log=log)
+                           warmup=a.speed_warmup, families=a.families or SPEED_FAMILIES,
+                           stop_at=t0 + a.deadline - 60, log=log)
     report = {"environment": _environment(device, mode),
               "install": dict(install.status) if install else {"(none)": "not installed by this run"},
               "agreement": [rows[c.name] for c in cases], "speed": speed}
