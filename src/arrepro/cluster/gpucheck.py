@@ -268,6 +268,7 @@ KERNEL_SOURCE = {
 # (test_kernel_matches_portable). tests/test_gpucheck.py checks that they are those tests' numbers.
 TOLERANCES = {"fp32": (1e-4, 1e-4), "tf32": (2e-2, 5e-2), "bf16": (3e-2, 1.5e-1)}
 GRAD_FLOOR = 1e-2
+IMPORT_FAILED = "installed but its import failed"  # a kernel that cannot run for that: an error, not a skip
 
 
 @dataclass(frozen=True)
@@ -600,8 +601,9 @@ def compare_case(case: Case, config: dict, *, batch: int, seq_len: int, width: i
            "shape": f"{batch}x{seq_len}x{width}", "tolerance": [fwd_tol, grad_tol], "errors": {}, "paths": []}
     core = why_not.get(case.kernels[0])
     if core:
-        log(f"  {case.name}: not run ({core})")
-        return {**row, "status": "not run", "reason": core}
+        status = "error" if core.startswith(IMPORT_FAILED) else "not run"
+        log(f"  {case.name}: {status} ({core})")
+        return {**row, "status": status, "reason": core}
     torch.manual_seed(0)
     ref, d_in = build_case_module(case, config, width, seq_len)
     ref = ref.to(device).float()
@@ -754,6 +756,8 @@ def speed_rows(config: dict, *, scale: str, width: int, layers: int, device, pap
             runs = [(True, kp), (False, kp)] + ([(False, paper_precision)] if kp != paper_precision else [])
         else:
             runs = [(False, paper_precision)]
+            if why.startswith(IMPORT_FAILED):
+                rows.append({"family": family, "run": "kernels", "precision": paper_precision, "error": why, "paths": []})
         for use, prec in runs:
             if stop_at is not None and time.monotonic() > stop_at:
                 rows.append({"family": family, "run": "kernels" if use else "portable", "precision": prec,
@@ -849,21 +853,38 @@ def markdown(report: dict) -> str:
              f"mode: {env['mode']}; {report['seconds']:.0f} s in all.", "", "## Install", "", "| package | state |",
              "|---|---|"]
     lines += [f"| {d} | {s} |" for d, s in report["install"].items()]
-    lines += ["", "## Agreement: kernel path vs portable path (fp32 reference), forward and every gradient", "",
-              "| kernel path | model | precision | shape B x L x D | output | worst gradient | tolerance | result | ran |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["agreement"]:
+    if report["agreement"]:
+        lines += agreement_lines(report["agreement"])
+    if report["speed"]:
+        lines += speed_lines(report["speed"])
+    cell = report.get("first_cell")
+    if cell:
+        lines += cell_lines(cell)
+    if report["problems"]:
+        lines += ["", "## FAILED", ""] + [f"- {p}" for p in report["problems"]]
+    return "\n".join(lines) + "\n"
+
+
+def agreement_lines(rows: list[dict]) -> list[str]:
+    lines = ["", "## Agreement: kernel path vs portable path (fp32 reference), forward and every gradient", "",
+             "| kernel path | model | precision | shape B x L x D | output | worst gradient | tolerance | result | ran |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
         lines.append(f"| {r['case']} | {r['model']} | {r['precision']} | {r['shape']} | {_fmt(r.get('max_forward'))} | "
                      f"{_fmt(r.get('max_gradient'))} | {r['tolerance'][0]:.0e} / {r['tolerance'][1]:.0e} | "
                      f"**{r['status']}**{(': ' + r['reason'][:300]) if r.get('reason') else ''} | {_paths_cell(r['paths'])} |")
     lines += ["", "Every gradient (max relative error):", ""]
-    for r in report["agreement"]:
+    for r in rows:
         if r["errors"]:
             lines.append(f"- {r['case']}: " + ", ".join(f"{k} {v:.1e}" for k, v in r["errors"].items()))
-    lines += ["", "## Speed: one training step per family", "",
-              "| family | run | precision | shape | tokens/s | TFLOP/s | cost model's TFLOP/s | peak memory | paths |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["speed"]:
+    return lines
+
+
+def speed_lines(rows: list[dict]) -> list[str]:
+    lines = ["", "## Speed: one training step per family", "",
+             "| family | run | precision | shape | tokens/s | TFLOP/s | cost model's TFLOP/s | peak memory | paths |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
         if "error" in r or "skipped" in r:
             what = f"**ERROR**: {r['error'][:300]}" if "error" in r else f"skipped: {r['skipped']}"
             lines.append(f"| {r['family']} | {r['run']} | {r['precision']} | | {what} | | | | |")
@@ -875,20 +896,21 @@ def markdown(report: dict) -> str:
     lines += ["", "TFLOP/s: `model_flops_per_token` (costs.flops_per_token without the mixer factor) times tokens/s; "
               "cost model's: the rate at which arrepro.config.costs has this cell's arithmetic run (its throughput "
               "at this width and precision over the mixer's factor)."]
-    cell = report.get("first_cell")
-    if cell:
-        lines += ["", "## The first paper cell, through the train rule", "", f"`{cell['command']}`", "",
-                  f"- status: {cell['status']}",
-                  f"- final accuracy: {_fmt(cell.get('final_accuracy'), '.4f')} (paper: "
-                  f"{_fmt(cell.get('paper_accuracy'), '.2f')}, {cell.get('paper_source', 'n/a')})",
-                  f"- wall time through Snakemake: {cell['wall_seconds']:.0f} s; training {_fmt(cell.get('train_seconds'), '.0f')} s; "
-                  f"cost model: {cell['estimate_seconds']:.0f} s estimated, {cell['requested_minutes']} min requested",
-                  f"- paths: {_paths_cell(cell.get('kernel_paths') or [])}"]
-        if cell["status"] != "done":
-            lines += ["", "```", cell["log_tail"], "```"]
-    if report["problems"]:
-        lines += ["", "## FAILED", ""] + [f"- {p}" for p in report["problems"]]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def cell_lines(cell: dict) -> list[str]:
+    paper = ("none" if cell.get("paper_accuracy") is None
+             else f"{cell['paper_accuracy']:.2f}, {cell.get('paper_source', '')}")
+    lines = ["", "## The first paper cell, through the train rule", "", f"`{cell['command']}`", "",
+             f"- status: {cell['status']}",
+             f"- final accuracy: {_fmt(cell.get('final_accuracy'), '.4f')} (paper: {paper})",
+             f"- wall time through Snakemake: {cell['wall_seconds']:.0f} s; training {_fmt(cell.get('train_seconds'), '.0f')} s; "
+                 f"cost model: {cell['estimate_seconds']:.0f} s estimated, {cell['requested_minutes']} min requested",
+             f"- paths: {_paths_cell(cell.get('kernel_paths') or [])}"]
+    if cell["status"] != "done":
+        lines += ["", "```", cell["log_tail"], "```"]
+    return lines
 
 
 def verify_problems(report: dict, require_builds: bool) -> list[str]:
@@ -997,7 +1019,7 @@ def verify(a) -> int:
                 try:
                     kernels.function(name)
                 except kernels.KernelImportError as err:
-                    why = str(err)
+                    why = f"{IMPORT_FAILED}: {err}"
             found[name] = why
         return found
 
