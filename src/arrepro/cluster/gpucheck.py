@@ -12,6 +12,13 @@ the GPU's peak for the precision, ``PEAK_TFLOPS``) and the peak CUDA memory.
 The kernels' own vs-portable comparisons run before (pytest, in `make gpu-check`); this module
 fails (exit 1) when a cell diverges, or when ``--require-kernels`` is given and a family whose
 mixer has a kernel package ran an op on the portable path.
+
+``verify`` (`make gpu-verify`, ``python scripts/gpu_check.py verify``; the second half of this
+module): on a GPU machine without network, the kernel packages installed and built from the carried
+folder (`make gpu-carry`), every kernel path the paper scale uses compared with its portable path
+at a paper shape, forward and every gradient, one training step per family timed with and without
+the kernels, optionally the first paper cell trained through the train rule; a report under
+``--out``. With ``--standins`` the same flow runs on the CPU (tests/test_gpucheck.py).
 """
 from __future__ import annotations
 
