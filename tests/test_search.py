@@ -421,3 +421,30 @@ def test_the_paper_spec_tries_only_the_literal_grids_rates_inside_its_span():
         rounds, st, results = run(sp, lambda lr, s: f(lr))
         inside = {lr for lr, _ in results if 1e-4 <= lr <= 1e-1}
         assert all(any(abs(math.log10(lr / x)) < 2e-3 for x in grid) for lr in inside), sorted(inside)
+
+
+# --------------------------------------------------------------------------- make protocol-check
+def test_the_protocol_check_holds_each_search_once_against_a_finer_literal_grid():
+    import copy
+    import yaml
+    from arrepro.config.checks import load_grid
+    from arrepro.config.grid import ConfigError
+    from arrepro.config.paths import REPO_ROOT
+    from arrepro.search import protocol_check
+    cfg = yaml.safe_load((REPO_ROOT / "config.yaml").read_text())
+    grid = load_grid(cfg, "demo")
+    sel = protocol_check.selection(grid)
+    check = cfg["scales"]["demo"]["protocol_check"]
+    fine = tuple(float(x) for x in cfg["lr_grids"][check["lrs"]])
+    assert sel and all(lrs == fine for _, lrs in sel)
+    keys = [s.key for s, _ in sel]
+    assert len(keys) == len(set(keys)), "a search checked twice (series that share a setting)"
+    assert all(s.spec.rounds for s, _ in sel)
+    starts = {x for s, _ in sel for x in s.spec.start}
+    assert starts < set(fine) and len(fine) > len(starts), "the literal grid must be finer than the searches' start"
+    cells = protocol_check.literal_cells(grid)
+    assert len(cells) == sum(len(lrs) * len(s.spec.seeds) for s, lrs in sel)  # one search a setting here
+    bad = copy.deepcopy(cfg)
+    bad["scales"]["demo"]["protocol_check"]["experiments"] = ["fig99"]
+    with pytest.raises(ConfigError, match="protocol_check.experiments"):
+        protocol_check.selection(load_grid(bad, "demo"))
