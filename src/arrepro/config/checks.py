@@ -201,10 +201,27 @@ def _check_models(grid, root: str | None) -> None:
                     if problem:
                         raise ConfigError(f"{where}.widths: model {m!r} at width {w}: {problem[1]} "
                                           f"(models.{m}.mixer_kwargs: {kwargs})")
+                    _check_lookahead(grid, where, t, m, nl, values)
                 cell = grid.cell(t, m, w, nl, g["recipe"], grid.lrs(g)[0], 0)
                 problem = memory_problem(grid.spec_of(cell))
                 if problem:
                     raise ConfigError(f"{where}.widths: model {m!r} at width {w}, {nl} layer(s): {problem}")
+
+def _check_lookahead(grid, where: str, task: str, model: str, layers: int, values: dict) -> None:
+    """A model that sees future steps (attention's ``conv_mode: centred``, (conv_size - 1) / 2 a
+    layer) is fair only where the steps it sees past a scored position never hold the answer:
+    MQAR, within ``mqar.BLIND_LOOKAHEAD`` steps (tests/test_centred_conv.py). Refused elsewhere."""
+    from arrepro.data.mqar import BLIND_LOOKAHEAD
+
+    if values.get("conv_mode", "causal") != "centred":
+        return
+    ahead = int(layers) * ((int(values.get("conv_size", 3)) - 1) // 2)
+    kind = grid.scale["tasks"][task].get("kind")
+    if kind != "mqar" or ahead > BLIND_LOOKAHEAD:
+        raise ConfigError(f"{where}: model {model!r} (a centred conv) at {layers} layer(s) sees {ahead} step(s) ahead on "
+                          f"task {task!r} ({kind}): a prediction could see its own answer; centred convs are fair on MQAR "
+                          f"only, at most {BLIND_LOOKAHEAD} step(s) ahead in all")
+
 
 def _check_paths(grid) -> None:
     """Every path built from config names stays under results/ (check_path): the data and
