@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from arrepro.config import defaults
-from arrepro.config.checks import load_grid
+from arrepro.config.checks import BLIND_LOOKAHEAD, load_grid
 from arrepro.config.grid import ConfigError
-from arrepro.data.mqar import BLIND_LOOKAHEAD, IGNORE, MQARSpec, generate
+from arrepro.data.mqar import IGNORE, MQARSpec, generate
 from arrepro.models import LanguageModel, get_mixer
 
 from conftest import ROOT, config_models
@@ -145,4 +145,9 @@ def test_the_config_checks_refuse_a_centred_conv_that_could_see_its_answer():
         bad = copy.deepcopy(cfg)
         bad["scales"]["tiny"]["experiments"]["fig2"]["grids"][0].update(tasks=[task], layers=[layers])
         with pytest.raises(ConfigError, match="centred conv"):
+            load_grid(bad, "tiny")
+    for kwargs, msg in (({"conv_mode": "acausal"}, "conv_mode"), ({"conv_mode": "centred", "conv_size": 4}, "odd conv_size")):
+        bad = copy.deepcopy(cfg)
+        bad["models"]["attention_conv_v_centred"]["mixer_kwargs"].update(kwargs)
+        with pytest.raises(ConfigError, match=msg):
             load_grid(bad, "tiny")

@@ -21,11 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 IGNORE = -100
-# Queries sit at even positions 2K + 2g and every odd position after the context is filler, so the
-# step after a query is never its answer (nor any key or value): a model that sees this many steps
-# ahead (attention's centred conv, kernel 3) still cannot see what it predicts. Two steps ahead may
-# be the next query's key, which tells which value the answer is not: that would leak.
-BLIND_LOOKAHEAD = 1
 
 
 @dataclass(frozen=True)
