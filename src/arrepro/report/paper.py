@@ -142,7 +142,11 @@ NAMES = {"attention": "attention", "based": "Based", "h3": "H3", "hyena": "Hyena
          "mamba2": "Mamba2", "deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet",
          "attention_conv_qkv": "attention with a convolution on Q, K and V",
          "attention_conv_q": "attention with a convolution on Q", "attention_conv_k": "attention with a convolution on K",
-         "attention_conv_v": "attention with a convolution on V", "mamba_noconv": "Mamba without conv1d",
+         "attention_conv_v": "attention with a convolution on V",
+         "attention_conv_qkv_centred": "attention with a centred convolution on Q, K and V",
+         "attention_conv_q_centred": "attention with a centred convolution on Q",
+         "attention_conv_k_centred": "attention with a centred convolution on K",
+         "attention_conv_v_centred": "attention with a centred convolution on V", "mamba_noconv": "Mamba without conv1d",
          "mamba_nogate": "Mamba without its gate", "s6_mlp": "S6 + MLP", "transformer_rope": "the Transformer (RoPE)",
          "transformer_rope_jelassi": "the Transformer (RoPE)", "mamba_jelassi": "Mamba"}
 PE_NAMES = {"sinusoidal": "sinusoidal", "rope": "rotary", "learned": "learned"}
@@ -550,7 +554,8 @@ def recipes_summary(recipes: dict) -> str:
 # --------------------------------------------------------------------------- the models in words
 CITES = {"based": "arora2024based", "h3": "fu2023h3", "hyena": "poli2023hyena", "rwkv": "peng2023rwkv",
          "mamba": "gu2024mamba", "mamba2": "dao2024transformers", "deltanet": "yang2024deltanet"}
-ABLATIONS = ("attention_conv_qkv", "attention_conv_q", "attention_conv_k", "attention_conv_v", "mamba_noconv",
+ABLATIONS = ("attention_conv_qkv", "attention_conv_q", "attention_conv_k", "attention_conv_v", "attention_conv_qkv_centred",
+             "attention_conv_q_centred", "attention_conv_k_centred", "attention_conv_v_centred", "mamba_noconv",
              "mamba_nogate", "s6_mlp")
 COPY_MODELS = ("transformer_rope", "transformer_rope_jelassi", "mamba_jelassi")
 
@@ -590,11 +595,20 @@ def models_text(meta: dict) -> str:
     if abl:
         conv = [m for m in abl if m.startswith("attention_conv_")]
         mamba = [model_name(m) for m in abl if m not in conv]
-        singles = [m.rsplit("_", 1)[1].upper() for m in conv if not m.endswith("_qkv")]
-        where = join((["Q, K and V together"] if any(m.endswith("_qkv") for m in conv) else [])
-                     + ([f"{join(singles, 'or')} alone"] if singles else []), "or of")
-        items = ([f"attention with a short causal convolution on the input of {where} \\citep{{li2024convolution}}"]
-                 if conv else []) + mamba
+
+        def where(paths):
+            singles = [p.upper() for p in paths if p != "qkv"]
+            return join((["Q, K and V together"] if "qkv" in paths else [])
+                        + ([f"{join(singles, 'or')} alone"] if singles else []), "or of")
+        causal = [m[len("attention_conv_"):] for m in conv if not m.endswith("_centred")]
+        centred = [m[len("attention_conv_"):-len("_centred")] for m in conv if m.endswith("_centred")]
+        if causal and sorted(centred) == sorted(causal):
+            convs = [f"a short convolution on the input of {where(causal)}, each both causal and centred (one step "
+                     f"ahead, as the paper most likely ran it)"]
+        else:
+            convs = ([f"a short causal convolution on the input of {where(causal)}"] if causal else []) + \
+                ([f"a short centred convolution (one step ahead) on the input of {where(centred)}"] if centred else [])
+        items = ([f"attention with {join(convs, 'or')} \\citep{{li2024convolution}}"] if conv else []) + mamba
         parts.append(f"the ablations of the paper's Section~7: {join(items)}")
     if copy:
         parts.append(f"for copying, {join([_describe(m, defs.get(m, {})) for m in copy])}")
