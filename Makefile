@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SCALE  ?= demo
 
-.PHONY: demo test setup bench clean report kernels-cpu gpu-check protocol-check
+.PHONY: demo test setup bench clean report kernels-cpu gpu-check protocol-check gpu-carry gpu-verify
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -79,6 +79,45 @@ gpu-check:
 	$(GVENV)/bin/python -m pytest -q -rs -p no:cacheprovider tests/test_mixers.py -k kernel_matches_portable \
 		|| { echo "make gpu-check: a kernel path disagrees with its portable path (above)" >&2; exit 1; }
 	$(GVENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
+
+# The kernel packages on a GPU machine without network (docs/cluster.md, "The kernels on a GPU
+# machine"). `make gpu-carry`, where the package registry is reachable: the folder that travels
+# (.gpu-carry, git-ignored, ~30 MB): the source archives of causal-conv1d and mamba-ssm (their
+# metadata step imports torch: .venv's; *_SKIP_CUDA_BUILD, or it fails without CUDA), fla's wheels,
+# and Snakemake's for the optional paper cell (envs/gpu-carry*.txt). `make gpu-verify`, on the GPU
+# machine with .gpu-carry carried: installs fla, builds causal-conv1d's and mamba-ssm's CUDA
+# extensions for that GPU only (a time limit; the Triton kernels in any case), compares every kernel
+# path with its portable path at a paper shape (forward, every gradient), times one training step
+# per family, writes verify.md / verify.json under GPU_VERIFY_OUT ($OUT where set); a mismatch
+# fails. GPU_VERIFY_ARGS passes options (`python scripts/gpu_check.py verify --help`), e.g.
+# "--train-cell" (then the first paper cell through the train rule).
+CARRY      := .gpu-carry
+WHEEL_TAGS := --only-binary :all: --python-version 3.12 --implementation cp --abi cp312 \
+	--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+GPU_PY          ?= python3
+GPU_VERIFY_ARGS ?=
+GPU_VERIFY_OUT  ?= $(if $(OUT),$(OUT),results/gpu-verify)
+
+gpu-carry: $(CARRY)/.complete
+
+$(CARRY)/.complete: envs/gpu-carry.txt envs/gpu-carry-src.txt envs/gpu-carry-workflow.txt | $(VENV)/.installed
+	rm -rf $(CARRY) && mkdir -p $(CARRY)/src $(CARRY)/wheels $(CARRY)/workflow
+	MAMBA_SKIP_CUDA_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE $(PY) -m pip download -q --no-deps \
+		--no-binary :all: --no-build-isolation -d $(CARRY)/src -r envs/gpu-carry-src.txt
+	$(PY) -m pip download -q --no-deps $(WHEEL_TAGS) -d $(CARRY)/wheels -r envs/gpu-carry.txt
+	grep -v '^connection-pool==' envs/gpu-carry-workflow.txt > $(CARRY)/workflow-wheels.txt
+	$(PY) -m pip download -q --no-deps $(WHEEL_TAGS) -d $(CARRY)/workflow -r $(CARRY)/workflow-wheels.txt
+	$(PY) -m pip download -q --no-deps --no-binary :all: --no-build-isolation -d $(CARRY)/workflow \
+		$$(grep '^connection-pool==' envs/gpu-carry-workflow.txt)
+	rm $(CARRY)/workflow-wheels.txt
+	du -sh $(CARRY)
+	touch $@
+
+gpu-verify:
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "make gpu-verify: no NVIDIA GPU on this machine (nvidia-smi -L fails); on a CPU the same flow runs with stand-ins: tests/test_gpucheck.py" >&2; exit 1; }
+	@test -f $(CARRY)/.complete || { echo "make gpu-verify: no $(CARRY): run make gpu-carry where the package registry is reachable, and carry $(CARRY)" >&2; exit 1; }
+	PYTHONPATH=$(CURDIR)/src PYTHONUNBUFFERED=1 $(GPU_PY) scripts/gpu_check.py verify --carry $(CARRY) \
+		--out $(GPU_VERIFY_OUT) --work /tmp/gpu-verify $(GPU_VERIFY_ARGS)
 
 clean:
 	rm -rf results .snakemake

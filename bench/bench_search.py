@@ -1,26 +1,38 @@
-"""A benchmark of the learning-rate protocol itself, on synthetic settings with the paper's shapes.
+"""A benchmark of the learning-rate protocol itself, on synthetic settings in families of world.
 
-Each setting is an accuracy curve over log10(learning rate) with per-cell seed noise, seen by the
-project's own search code (``arrepro.search.protocol.run``, round by round as the workflow runs it) with
-the spec config.yaml gives the paper's best-over-LR searches (``lr_searches.best``), and by the
-protocol of an earlier commit (default c6e7164, "today's" when issue 26 was filed: search on one
-seed, settle near ties on two more, report the five at the chosen rate), loaded from git.
+Each setting is an accuracy curve over log10(learning rate), one per seed, with per-cell noise,
+seen by the project's own search code (``arrepro.search.protocol.run``, round by round as the
+workflow runs it) with the spec config.yaml gives the paper's best-over-LR searches
+(``lr_searches.best``, in both cost tiers: its ``budget`` and the ``big`` tier's), by the protocol
+of an earlier commit (default dbc694a, loaded from git), and by the literal paper grid
+(config.yaml's ``lr_grids.fine``, every rate on every seed). The same world answers all of them.
 
-The world (``--settings`` of them, drawn from ``--seed``): MQAR with K = 4 (chance 0.25); windows
-of good learning rates 0.2-0.5 decades wide (mean >= 0.9 at the peak), peaks anywhere in
-[1e-5, 1e-1]; also peaks that learn without being good, two peaks, plateaus, cells that diverge
-above a learning rate, settings where every cell diverges, settings that learn nothing. Every
-cell's accuracy has seed noise; in ``--fail`` of the cells (default a fifth) the seed fails and
-stays at chance. The same world answers both protocols and the literal grid.
+The families (MQAR with K = 4: chance 0.25; five seeds; in every family a fifth of the seeds fail
+and stay at chance at every rate, unless said otherwise):
+  narrow          windows of good rates 0.2-0.5 decades wide, peaks in [1e-4, 1e-2] (issue 26's world)
+  learned         a peak that learns without being good
+  two peaks       two windows 0.6-1.5 decades apart
+  plateau         a wide top at 1.0
+  diverge above   cells diverge (NaN) above a rate 0.1-1 decade over the peak
+  all diverged    every cell diverges
+  not learned     chance everywhere
+  cliff           a slow rise (0.3-0.6 decades) and a cliff to chance (not NaN) 0-0.15 decades above the peak
+  rate failures   failures cell by cell, growing from 5% to 60% over the half decade below the cliff
+  shifted         each seed's window shifted by up to +-0.25 decades
+  off grid        peaks between the fine grid's points, below the start grid (1e-5-1e-4) or above it (1e-2-1e-1)
+  between starts  windows 0.15-0.25 decades wide centred between two start rates (+-0.05 decades)
+  two of five     two seeds learn only in a narrow band (0.1-0.15 decades) inside the others' window
 
-Printed per protocol: cells per setting (mean, max), and two gaps of the reported number (the
-protocol's own statistic): to the five-seed statistic over every learning rate the search tried
-(max over them of the mean over all five seeds, as if each had them), and to the statistic the
-literal paper grid reports (config.yaml's ``lr_grids.fine``, every rate on every seed). Gaps
-count shortfalls only (an adaptive search may beat the grid). Target (issue 26): mean gap to the
-literal grid <= 0.01 and over 0.10 in under 2% of settings.
+Printed per family and for all together, per protocol: cells per setting (mean, max), the mean
+shortfall of the reported number to the literal grid's statistic (max over its rates of the mean
+over every seed; shortfalls only: an adaptive search may beat the grid; where both numbers are
+under the learned threshold, 0: two numbers at chance are no evidence either way; the share short
+by more than 0.10, and **window recall**: of the settings where the literal grid reaches the
+learned threshold, the share where the protocol does too. Over several seeds of the worlds.
+Targets (issue 30): recall >= 99% in every family; over all families mean shortfall <= 0.01 and
+over 0.10 in under 2% of settings, no family worse than 0.02 and 5%; both cost tiers.
 
-    python bench/bench_search.py [--settings 600] [--seed 0] [--fail 0.2] [--set budget=17 ...]
+    python bench/bench_search.py [--per-family 200] [--seeds 0 1 2] [--set budget=22 ...] [--families cliff ...]
 """
 from __future__ import annotations
 
@@ -31,7 +43,7 @@ import math
 import random
 import subprocess
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -44,44 +56,62 @@ from arrepro.search.rounds import search_spec  # noqa: E402
 
 SEEDS = (42, 123, 777, 456, 789)  # the paper's five
 CHANCE = 0.25  # MQAR, K = 4
-KINDS = ("narrow", "learned", "two peaks", "plateau", "diverge above", "all diverged", "not learned")
-WEIGHTS = (0.40, 0.12, 0.12, 0.12, 0.12, 0.04, 0.08)
-
-
-@dataclass(frozen=True)
-class World:
-    """One synthetic setting: the mean accuracy at each log10 learning rate, and its cells."""
-
-    ident: int
-    kind: str
-    bumps: tuple[tuple[float, float, float], ...]  # (centre, sigma, height) in log10 lr
-    diverge_above: float  # log10 lr above which a cell diverges (inf: never)
-    fail: float  # a seed's (or a cell's) chance of failing at chance
-    noise: float  # seed noise (sd)
-    fail_mode: str = "seed"  # seed: a failed seed stays at chance at every learning rate; cell: each cell on its own
-
-    def mean(self, lr: float) -> float:
-        x = math.log10(lr)
-        return CHANCE + max(((h - CHANCE) * math.exp(-0.5 * ((x - c) / s) ** 2) for c, s, h in self.bumps),
-                            default=0.0)
-
-    def cell(self, lr: float, seed: int) -> float | None:
-        """A cell's accuracy (None: diverged); deterministic in (setting, lr, seed)."""
-        if math.log10(lr) > self.diverge_above:
-            return None
-        rng = _rng(f"{self.ident}/{lr:.6g}/{seed}")
-        failed = _rng(f"{self.ident}/{seed}").random() < self.fail if self.fail_mode == "seed" else rng.random() < self.fail
-        if failed:
-            return max(0.0, CHANCE + rng.gauss(0, 0.02))
-        return min(1.0, max(0.0, self.mean(lr) + rng.gauss(0, self.noise)))
-
-    def statistic(self, lrs) -> float:
-        """max over ``lrs`` of the mean over every seed (the paper's A.2)."""
-        return max(sum(0.0 if (a := self.cell(lr, s)) is None else a for s in SEEDS) / len(SEEDS) for lr in lrs)
+LEARNED = thresholds.learned_threshold(CHANCE)
+FAMILIES = ("narrow", "learned", "two peaks", "plateau", "diverge above", "all diverged", "not learned",
+            "cliff", "rate failures", "shifted", "off grid", "between starts", "two of five")
 
 
 def _rng(key: str) -> random.Random:
     return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
+
+
+Bump = tuple[float, float, float]  # (centre, sigma, height) in log10 lr; a sigma pair (left, right) via `skew`
+
+
+@dataclass(frozen=True)
+class World:
+    """One synthetic setting: each seed's accuracy at each log10 learning rate, and its cells."""
+
+    ident: str
+    family: str
+    bumps: tuple[Bump, ...]
+    noise: float  # per-cell noise (sd)
+    fail: float = 0.2  # a seed's chance of failing at chance at every rate
+    diverge_above: float = math.inf  # log10 lr above which a cell diverges (NaN)
+    cliff_above: float = math.inf  # log10 lr above which a cell sits at chance
+    left_sigma: float | None = None  # a slow rise: the bumps' sigma below their centre
+    cell_fail: tuple[float, float, float] | None = None  # (base, top, log10 lr where it tops): rate-dependent failures
+    shift: dict = field(default_factory=dict)  # seed -> decades its window is shifted
+    narrow_seeds: dict = field(default_factory=dict)  # seed -> its own bumps (narrow bands)
+
+    def mean(self, lr: float, seed: int) -> float:
+        x = math.log10(lr) - self.shift.get(seed, 0.0)
+        if x + self.shift.get(seed, 0.0) > self.cliff_above:
+            return CHANCE
+        out = 0.0
+        for c, s, h in self.narrow_seeds.get(seed, self.bumps):
+            sig = self.left_sigma if (self.left_sigma and x < c) else s
+            out = max(out, (h - CHANCE) * math.exp(-0.5 * ((x - c) / sig) ** 2))
+        return CHANCE + out
+
+    def cell(self, lr: float, seed: int) -> float | None:
+        """A cell's accuracy (None: diverged); deterministic in (setting, lr, seed)."""
+        x = math.log10(lr)
+        if x > self.diverge_above:
+            return None
+        rng = _rng(f"{self.ident}/{lr:.6g}/{seed}")
+        failed = _rng(f"{self.ident}/{seed}").random() < self.fail
+        if self.cell_fail and not failed:
+            base, top, at = self.cell_fail
+            p = base + (top - base) * min(1.0, max(0.0, (x - (at - 0.5)) / 0.5))
+            failed = rng.random() < p
+        if failed:
+            return max(0.0, CHANCE + rng.gauss(0, 0.02))
+        return min(1.0, max(0.0, self.mean(lr, seed) + rng.gauss(0, self.noise)))
+
+    def statistic(self, lrs) -> float:
+        """max over ``lrs`` of the mean over every seed (the paper's A.2)."""
+        return max(sum(0.0 if (a := self.cell(lr, s)) is None else a for s in SEEDS) / len(SEEDS) for lr in lrs)
 
 
 def sigma_for(width: float, height: float, good: float = thresholds.GOOD) -> float:
@@ -89,54 +119,84 @@ def sigma_for(width: float, height: float, good: float = thresholds.GOOD) -> flo
     return (width / 2) / math.sqrt(2 * math.log((height - CHANCE) / (good - CHANCE)))
 
 
-def draw(i: int, rng: random.Random, fail: float, peaks=(-4.0, -1.0), fail_mode: str = "seed") -> World:
-    kind = rng.choices(KINDS, WEIGHTS)[0]
-    centre = lambda: rng.uniform(*peaks)  # noqa: E731
+def draw(family: str, i: int, rng: random.Random, start: list[float], grid: list[float]) -> World:
+    """One world of ``family``; ``start`` (log10) is the new protocol's start grid, ``grid`` (log10)
+    the literal grid's rates."""
+    ident = f"{family}/{i}/{rng.random()}"
     noise = rng.uniform(0.02, 0.08)
     h = rng.uniform(0.95, 1.0)
-    narrow = (centre(), sigma_for(rng.uniform(0.2, 0.5), h), h)
-    bumps, above = (narrow,), math.inf
-    if kind == "learned":  # learns, never good
-        bumps = ((centre(), rng.uniform(0.15, 0.4), rng.uniform(0.5, 0.85)),)
-    elif kind == "two peaks":
+    centre = rng.uniform(-4.0, -2.0)
+    narrow = (centre, sigma_for(rng.uniform(0.2, 0.5), h), h)
+    if family == "narrow":
+        return World(ident, family, (narrow,), noise)
+    if family == "learned":
+        return World(ident, family, ((centre, rng.uniform(0.15, 0.4), rng.uniform(0.5, 0.85)),), noise)
+    if family == "two peaks":
         h2 = rng.uniform(0.6, 1.0)
-        other = (narrow[0] + rng.choice((-1, 1)) * rng.uniform(0.6, 1.5), sigma_for(rng.uniform(0.2, 0.5), max(h2, 0.92)), h2)
-        bumps = (narrow, other)
-    elif kind == "plateau":
-        bumps = ((centre(), rng.uniform(0.5, 1.0), 1.0),)
-    elif kind == "diverge above":
-        above = narrow[0] + rng.uniform(0.1, 1.0)
-    elif kind == "all diverged":
-        bumps, above = (), -9.0
-    elif kind == "not learned":
-        bumps = ()
-    return World(i, kind, bumps, above, fail, noise, fail_mode)
+        other = (centre + rng.choice((-1, 1)) * rng.uniform(0.6, 1.5), sigma_for(rng.uniform(0.2, 0.5), max(h2, 0.92)), h2)
+        return World(ident, family, (narrow, other), noise)
+    if family == "plateau":
+        return World(ident, family, ((centre, rng.uniform(0.5, 1.0), 1.0),), noise)
+    if family == "diverge above":
+        return World(ident, family, (narrow,), noise, diverge_above=centre + rng.uniform(0.1, 1.0))
+    if family == "all diverged":
+        return World(ident, family, (), noise, diverge_above=-9.0)
+    if family == "not learned":
+        return World(ident, family, (), noise)
+    if family == "cliff":
+        return World(ident, family, (narrow,), noise, cliff_above=centre + rng.uniform(0.0, 0.15),
+                     left_sigma=sigma_for(rng.uniform(0.6, 1.2), h))
+    if family == "rate failures":
+        cliff = centre + rng.uniform(0.05, 0.3)
+        return World(ident, family, (narrow,), noise, fail=0.0, cliff_above=cliff, cell_fail=(0.05, 0.6, cliff))
+    if family == "shifted":
+        return World(ident, family, (narrow,), noise, shift={s: rng.uniform(-0.25, 0.25) for s in SEEDS})
+    if family == "off grid":
+        where = rng.choice(("between", "below", "above"))
+        if where == "between":
+            k = rng.randrange(len(grid) - 1)
+            c = (grid[k] + grid[k + 1]) / 2 + rng.uniform(-0.05, 0.05)
+        else:
+            c = rng.uniform(-5.0, -4.0) if where == "below" else rng.uniform(-2.0, -1.0)
+        return World(ident, family, ((c, sigma_for(rng.uniform(0.2, 0.5), h), h),), noise)
+    if family == "between starts":
+        k = rng.randrange(len(start) - 1)
+        c = (start[k] + start[k + 1]) / 2 + rng.uniform(-0.05, 0.05)
+        return World(ident, family, ((c, sigma_for(rng.uniform(0.15, 0.25), h), h),), noise)
+    if family == "two of five":
+        wide = (centre, sigma_for(rng.uniform(0.3, 0.5), h), h)
+        band = (centre, sigma_for(rng.uniform(0.1, 0.15), h), h)
+        return World(ident, family, (wide,), noise, narrow_seeds={s: (band,) for s in rng.sample(SEEDS, 2)})
+    raise ValueError(f"unknown family {family!r}")
 
 
+# --------------------------------------------------------------------------- the protocols
 def old_protocol(commit: str):
-    """arrepro.search as it was at ``commit`` (from git), and its paper spec."""
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:src/arrepro/search.py"], check=True,
+    """arrepro.search.protocol as it was at ``commit`` (from git; a pure module), with that commit's
+    paper spec (config.yaml's lr_searches.best) read from the same commit."""
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:src/arrepro/search/protocol.py"], check=True,
                          capture_output=True, text=True).stdout
-    spec = importlib.util.spec_from_loader(f"search_{commit}", loader=None)
+    cfg = yaml.safe_load(subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:config.yaml"], check=True,
+                                        capture_output=True, text=True).stdout)
+    spec = importlib.util.spec_from_loader(f"protocol_{commit}", loader=None)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
-    exec(compile(src, f"{commit}:src/arrepro/search.py", "exec"), mod.__dict__)
-    sp = mod.SearchSpec(start=(3.16e-4, 1e-3, 3.16e-3, 1e-2), lo=1e-5, hi=1e-1, resolution=0.25, rounds=2,
-                        per_round=2, search_seeds=SEEDS[:1], seeds=SEEDS, window=False, tie=0.1, tie_seeds=2,
-                        plateau=0.99, learned=thresholds.learned_threshold(CHANCE), good=thresholds.GOOD)
+    exec(compile(src, f"{commit}:src/arrepro/search/protocol.py", "exec"), mod.__dict__)
+    e = cfg["lr_searches"]["best"]
+    specs = {}
+    for tier in (None, "big"):
+        budget = e.get("tier_budget", {}).get(tier, e["budget"]) if tier else e["budget"]
+        specs[tier] = mod.SearchSpec(start=tuple(e["start"]), lo=e["range"][0], hi=e["range"][1], resolution=e["resolution"],
+                                     rounds=e["rounds"], per_round=e["per_round"], search_seeds=SEEDS[:1], seeds=SEEDS,
+                                     window=False, ladder=((5, 2),), budget=budget, plateau=e["plateau"],
+                                     learned=LEARNED, good=thresholds.GOOD)
 
-    def run(world: World):
-        rounds, results = [], {}
-        while True:
-            nxt, state = mod.decide(sp, rounds, results)
-            if nxt is None:
-                break
-            for c in nxt.cells:
-                results[c] = world.cell(*c)
-            rounds.append(nxt)
-        at = [0.0 if (a := results[(state.chosen, s)]) is None else a for s in SEEDS]
-        return sum(at) / len(at), sorted({lr for lr, _ in results}), len(results)
-    return run
+    def make(tier):
+        def run(world: World):
+            rounds, state, results = mod.run(specs[tier], world.cell)
+            return (state.points[state.chosen] if state.points else 0.0), len(results)
+        return run
+    return make(None), make("big")
 
 
 def new_protocol(overrides: dict, tier: str | None = None):
@@ -144,88 +204,92 @@ def new_protocol(overrides: dict, tier: str | None = None):
     setting of cost ``tier`` (its ``tier_budget``)."""
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     entry = {**cfg["lr_searches"]["best"], **overrides}
-    sp = search_spec(entry, entry["start"], SEEDS, thresholds.learned_threshold(CHANCE), thresholds.GOOD, tier)
+    start = cfg["lr_grids"][entry["start"]] if isinstance(entry["start"], str) else entry["start"]
+    sp = search_spec(entry, start, SEEDS, LEARNED, thresholds.GOOD, tier)
 
     def run(world: World):
         rounds, state, results = protocol.run(sp, world.cell)
-        reported = state.points[state.chosen] if state.points else 0.0
-        return reported, sorted({lr for lr, _ in results}), len(results)
+        return (state.points[state.chosen] if state.points else 0.0), len(results)
     return run, sp
 
 
-LEARNED = thresholds.learned_threshold(CHANCE)
-
-
+# --------------------------------------------------------------------------- measuring
 def measure(run, worlds, grid_stat) -> dict:
-    cells, gap_tried, gap_grid, learned, by_kind = [], [], [], [], {}
+    rows = []
     for w, g in zip(worlds, grid_stat):
-        reported, tried, n = run(w)
-        cells.append(n)
-        gap_tried.append(max(0.0, w.statistic(tried) - reported))
-        gap_grid.append(max(0.0, g - reported))
-        learned.append(max(g, reported) >= LEARNED)  # else both at chance: their difference is noise
-        by_kind.setdefault(w.kind, []).append(gap_grid[-1])
-    n, gl = len(cells), [x for x, ok in zip(gap_grid, learned) if ok]
-    return {"cells": sum(cells) / n, "cells_max": max(cells), "tried": sum(gap_tried) / n,
-            "tried_over": sum(x > 0.1 for x in gap_tried) / n, "grid": sum(gap_grid) / n,
-            "grid_over": sum(x > 0.1 for x in gap_grid) / n, "by_kind": by_kind,
-            "learned": sum(gl) / len(gl), "learned_over": sum(x > 0.1 for x in gl) / len(gl), "n_learned": len(gl)}
+        reported, n = run(w)
+        short = max(0.0, g - reported) if max(g, reported) >= LEARNED else 0.0
+        rows.append((w.family, n, short, g >= LEARNED, reported >= LEARNED))
+    return rows
 
 
-def met(m: dict) -> bool:
-    return m["grid"] <= 0.01 and m["grid_over"] < 0.02
+def summary(rows) -> dict:
+    n = len(rows)
+    learn = [r for r in rows if r[3]]
+    return {"n": n, "cells": sum(r[1] for r in rows) / n, "cells_max": max(r[1] for r in rows),
+            "short": sum(r[2] for r in rows) / n, "over": sum(r[2] > 0.1 for r in rows) / n,
+            "recall": (sum(r[4] for r in learn) / len(learn)) if learn else math.nan, "n_learn": len(learn)}
+
+
+def verdict(fam: dict, total: dict) -> bool:
+    return (all(s["recall"] >= 0.99 or math.isnan(s["recall"]) for s in fam.values())
+            and all(s["short"] <= 0.02 and s["over"] <= 0.05 for s in fam.values())
+            and total["short"] <= 0.01 and total["over"] < 0.02)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--settings", type=int, default=600)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--fail", type=float, default=0.2, help="a seed's chance of failing (default 0.2)")
-    ap.add_argument("--fail-mode", choices=("seed", "cell"), default="seed",
-                    help="seed (default): a failed seed stays at chance at every learning rate; cell: each cell fails on its own")
-    ap.add_argument("--peaks", type=float, nargs=2, default=(1e-4, 1e-2), metavar=("LO", "HI"),
-                    help="the peaks' centres, uniform in log10 between these (default Zoology's sweep, 1e-4 to 1e-2)")
-    ap.add_argument("--old", default="c6e7164", help="the commit whose protocol is today's (default c6e7164)")
+    ap.add_argument("--per-family", type=int, default=200, help="settings per family and world seed (default 200)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the worlds (default 0 1 2)")
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, metavar="FAMILY")
+    ap.add_argument("--old", default="dbc694a", help="the commit whose protocol is compared (default dbc694a)")
+    ap.add_argument("--no-old", action="store_true", help="leave the old protocol out (faster)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=YAML",
-                    help="override keys of lr_searches.best for the new protocol (e.g. budget=17)")
+                    help="override keys of lr_searches.best for the new protocol (e.g. budget=22)")
     a = ap.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, v in (x.split("=", 1) for x in a.set)}
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     grid = [float(x) for x in cfg["lr_grids"]["fine"]]
-    rng = random.Random(a.seed)
-    peaks = (math.log10(a.peaks[0]), math.log10(a.peaks[1]))
-    worlds = [draw(i, rng, a.fail, peaks, a.fail_mode) for i in range(a.settings)]
     new, sp = new_protocol(overrides)
     big, sp_big = new_protocol(overrides, "big")
-    curve, _ = new_protocol({**overrides, "search_seeds": "all", "budget": 0})
-    protocols = {f"today ({a.old})": old_protocol(a.old), f"new, budget {sp.max_cells()}": new,
-                 f"new, big tier {sp_big.max_cells()}": big, "every seed (a curve)": curve}
-    print(f"{a.settings} synthetic settings (seed {a.seed}; {', '.join(f'{k} {w:.0%}' for k, w in zip(KINDS, WEIGHTS))}); "
-          f"peaks between {a.peaks[0]:g} and {a.peaks[1]:g}; a {a.fail_mode} fails at chance with probability {a.fail:g}; "
-          f"five seeds; the literal grid: lr_grids.fine ({len(grid)} rates x 5 seeds = {5 * len(grid)} cells)")
-    print(f"the new protocol (config.yaml lr_searches.best{', ' + str(overrides) if overrides else ''}): "
-          f"start {list(sp.start)}, range [{sp.lo:g}, {sp.hi:g}], {sp.rounds} rounds of {sp.per_round}, "
-          f"ladder {[list(x) for x in sp.ladder]}, budget {sp.max_cells()} (big tier {sp_big.max_cells()})")
-    grid_stat = [w.statistic(grid) for w in worlds]
-    rows = {name: measure(run, worlds, grid_stat) for name, run in protocols.items()}
-    nl = rows[next(iter(rows))]["n_learned"]
-    head = (f"{'protocol':>24} | {'cells mean':>10} {'max':>4} | {'gap to tried: mean':>18} {'>0.10':>6} | "
-            f"{'gap to grid: mean':>17} {'>0.10':>6} | target | {f'where either learns ({nl}): mean':>28} {'>0.10':>6}")
-    print(head)
-    print("-" * len(head))
-    for name, m in rows.items():
-        print(f"{name:>24} | {m['cells']:10.2f} {m['cells_max']:4d} | {m['tried']:18.4f} {m['tried_over']:6.1%} | "
-              f"{m['grid']:17.4f} {m['grid_over']:6.1%} | {'met' if met(m) else 'not met':>6} | "
-              f"{m['learned']:28.4f} {m['learned_over']:6.1%}")
-    print("gap to the literal grid by kind of setting (mean; share over 0.10):")
-    for kind in KINDS:
-        parts = [f"{name.split(',')[0].split(' (')[0]} {sum(xs) / len(xs):.4f} ({sum(x > 0.1 for x in xs) / len(xs):.0%})"
-                 for name, m in rows.items() if (xs := m["by_kind"].get(kind))]
-        print(f"  {kind:>14} ({len(rows[next(iter(rows))]['by_kind'].get(kind, []))}): " + "; ".join(parts))
-    print("target (issue 26): mean gap to the literal grid <= 0.01, over 0.10 in under 2% of settings. The last two "
-          "columns leave out settings where both the grid's number and the protocol's are under the learned threshold "
-          f"({LEARNED:.4f}): a difference between two numbers at chance is noise (the grid's max over more rates is "
-          "higher by chance alone)")
+    protocols = {f"new, budget {sp.max_cells()}": new, f"new, big tier {sp_big.max_cells()}": big}
+    if not a.no_old:
+        old, old_big = old_protocol(a.old)
+        protocols = {f"{a.old}, budget 16": old, f"{a.old}, big tier 15": old_big, **protocols}
+    start = [math.log10(x) for x in sp.start]
+    lgrid = [math.log10(x) for x in grid]
+    print(f"{len(a.families)} families x {a.per_family} settings x world seeds {a.seeds}; five seeds; the literal grid: "
+          f"lr_grids.fine ({len(grid)} rates x 5 = {5 * len(grid)} cells a setting)")
+    print(f"the new protocol (config.yaml lr_searches.best{', ' + str(overrides) if overrides else ''}): start "
+          f"{list(sp.start)}, range [{sp.lo:g}, {sp.hi:g}], resolution {sp.resolution:g}, scan {sp.scan:g}, {sp.rounds} "
+          f"rounds of {sp.per_round}, ladder {[list(x) for x in sp.ladder]}, budget {sp.max_cells()} (big tier {sp_big.max_cells()})")
+    rows = {name: [] for name in protocols}
+    for seed in a.seeds:
+        rng = random.Random(seed)
+        worlds = [draw(f, i, rng, start, lgrid) for f in a.families for i in range(a.per_family)]
+        grid_stat = [w.statistic(grid) for w in worlds]
+        for name, run in protocols.items():
+            rows[name] += [(seed,) + r for r in measure(run, worlds, grid_stat)]
+    ok_all = True
+    for name in protocols:
+        fam = {f: summary([r[1:] for r in rows[name] if r[1] == f]) for f in a.families}
+        total = summary([r[1:] for r in rows[name]])
+        per_seed = {s: summary([r[1:] for r in rows[name] if r[0] == s]) for s in a.seeds}
+        ok = verdict(fam, total)
+        ok_all &= ok or not name.startswith("new")
+        print(f"\n## {name}: targets {'met' if ok else 'NOT met'}")
+        print(f"| family | cells mean | max | shortfall mean | > 0.10 | recall (grid learns) |")
+        print("|---|---|---|---|---|---|")
+        for f, s in list(fam.items()) + [("**all**", total)]:
+            rec = "-" if math.isnan(s["recall"]) else f"{s['recall']:.1%} of {s['n_learn']}"
+            print(f"| {f} | {s['cells']:.2f} | {s['cells_max']} | {s['short']:.4f} | {s['over']:.1%} | {rec} |")
+        print("per world seed (all families): " + "; ".join(
+            f"seed {k}: {s['short']:.4f}, {s['over']:.1%}, recall {s['recall']:.1%}" for k, s in per_seed.items()))
+    print(f"\nthe literal grid: {5 * len(grid)} cells a setting, shortfall 0 and recall 100% by definition")
+    print("targets (issue 30): recall >= 99% in every family; over all, mean shortfall <= 0.01 and over 0.10 in under "
+          "2%; no family worse than 0.02 and 5%. A shortfall where both numbers are under the learned threshold "
+          f"({LEARNED:.4f}) counts 0.")
+    print(f"the new protocol, both tiers: targets {'met' if ok_all else 'NOT met'}")
 
 
 if __name__ == "__main__":

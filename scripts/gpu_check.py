@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Train one short cell of every model family and print what ran and how fast (`make gpu-check`);
-see arrepro.cluster.gpucheck."""
+`gpu_check.py verify`: the kernel packages from the carried folder against the portable paths, and
+timed (`make gpu-verify`); see arrepro.cluster.gpucheck."""
 import sys
 
 from arrepro.cluster.gpucheck import main

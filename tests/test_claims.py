@@ -1,19 +1,24 @@
 """Every claim of arrepro.report.claims on small hand-made tables, for each of its three verdicts."""
-import pandas as pd
-import pytest
-
+import math
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pytest
 import yaml
 
 from arrepro.config.cards import cards
 from arrepro.report import claims as C
+from arrepro.report import interval as I
 from arrepro.report.results import Results
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 TASKS = {"L64": {"kind": "mqar", "num_kv_pairs": 4}, "copy": {"kind": "copy"}}
 MODELS = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())["models"]
 CARDS = cards(MODELS)  # what each model is: config.yaml's cards
+
+
+MIN_DIFF_TEST = 0.10  # the rule's MIN_DIFF, written out: a test of the rule does not read it back
 
 
 def mixer(m):
@@ -32,7 +37,7 @@ def results(best_rows=(), cell_rows=(), zoo_rows=(), metric="final_accuracy", ex
             out.append({"series": series, "task": task, "task_name": task, "seq_len": 64, "model": model,
                         "mixer": mixer(model), "width": w, "layers": n, "recipe": "r", "metric": metric,
                         "best_lr": 1e-3, "mean": mean, "std": 0.0, "min": lo, "max": hi, "parameters": params,
-                        "candidates": "0.001;0.00316"})
+                        "candidates": "0.001;0.00316", "n_seeds": 3})
         return out
     cells = []
     for r in cell_rows:
@@ -87,15 +92,106 @@ def test_chance_and_learned_threshold():
     assert not s.learned and C.Stat("m", 0.44, 0.44, 0.44, 0.25).learned
 
 
-def test_a_difference_within_the_seed_spread_is_not_conclusive():
-    a, b = C.Stat("a", 0.9, 0.5, 1.0, 0.25), C.Stat("b", 0.5, 0.45, 0.55, 0.25)
-    assert not C.conclusive(a, b) and C.compare(a, b) == 0  # 0.4 < spread 0.5
-    a = C.Stat("a", 0.9, 0.85, 0.95, 0.25)
-    assert C.compare(a, b) == 1 and C.compare(b, a) == -1
-    # one seed: 0.10 is the bar
-    assert C.compare(C.Stat("a", 0.60, 0.60, 0.60, 0.25), C.Stat("b", 0.51, 0.51, 0.51, 0.25)) == 0
+# the t quantile the interval needs, against tabled values (97.5%: a two-sided 95% interval)
+@pytest.mark.parametrize("df,t", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (10, 2.228), (30, 2.042),
+                                  (math.inf, 1.960)])
+def test_t_quantile_matches_the_tables(df, t):
+    assert I.t_quantile(0.975, df) == pytest.approx(t, abs=6e-4)
+
+
+def test_t_quantile_exact_forms_and_fractional_degrees_of_freedom():
+    for p in (0.9, 0.975, 0.995):
+        assert I.t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-7)  # Cauchy
+        assert I.t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-7)
+    # Welch's degrees of freedom are fractional: between the neighbours, decreasing in df
+    qs = [I.t_quantile(0.975, df) for df in (2, 2.5, 3, 3.7, 4, 50, 1e8)]
+    assert all(a > b for a, b in zip(qs, qs[1:]))
+    assert qs[-1] == pytest.approx(1.959964, abs=1e-5)
+
+
+def test_welch_interval_by_hand():
+    """Two sides of three seeds each: d = 0.15, se = sqrt(0.01/3 + 0.01/3), df = 4 (equal sds)."""
+    a, b = [0.70, 0.80, 0.90], [0.55, 0.65, 0.75]
+    iv = C.interval(C.Stat.of("a", a, 0.25), C.Stat.of("b", b, 0.25))
+    se = math.sqrt(0.01 / 3 + 0.01 / 3)
+    assert iv.diff == pytest.approx(0.15) and iv.df == pytest.approx(4.0)
+    assert iv.lo == pytest.approx(0.15 - 2.7764 * se, abs=1e-4) and iv.hi == pytest.approx(0.15 + 2.7764 * se, abs=1e-4)
+    # unequal variances: Welch-Satterthwaite's df, between the smaller side's n - 1 and n_a + n_b - 2
+    iv = I.welch(0.9, 0.1, 5, 0.3, 0.01, 3)
+    va, vb = 0.01 / 5, 0.0001 / 3
+    assert iv.df == pytest.approx((va + vb) ** 2 / (va ** 2 / 4 + vb ** 2 / 2)) and 2 < iv.df < 6
+    # under two seeds on a side: no interval, nothing conclusive
+    assert not I.welch(0.9, 0.0, 1, 0.3, 0.0, 1).excludes_zero()
+
+
+def test_more_seeds_with_the_same_difference_and_noise_sharpen_a_verdict():
+    """Issue 31: the verdict must not get stricter as seeds are added. The same three accuracies a
+    side, repeated: the mean difference (15 points) and the spread stay, the interval narrows."""
+    a3, b3 = [0.70, 0.80, 0.90], [0.55, 0.65, 0.75]
+    a, b = C.Stat.of("a", a3, 0.25), C.Stat.of("b", b3, 0.25)
+    assert C.interval(a, b).lo < 0 and not C.conclusive(a, b) and C.compare(a, b) == 0  # 3 seeds: inconclusive
+    a, b = C.Stat.of("a", a3 * 3, 0.25), C.Stat.of("b", b3 * 3, 0.25)
+    assert a.spread == pytest.approx(0.2) and a.mean - b.mean == pytest.approx(0.15)
+    assert C.interval(a, b).lo > 0 and C.conclusive(a, b) and C.compare(a, b) == 1 and C.compare(b, a) == -1
+    # the old rule (beyond both sides' max-min spread, 0.2) would call it inconclusive at any seed count
+    assert a.mean - b.mean < max(a.spread, b.spread)
+    # and a claim that the two are alike: inconclusive on 3 seeds, contradicted on 9
+    e3 = results([("m", 64, 1, 0.8, 0.7, 0.9), ("ref", 64, 1, 0.65, 0.55, 0.75)])
+    e3.best["std"] = 0.1
+    assert C.alike(e3, "ref", ["m"]).verdict == "inconclusive"
+    e9 = results([("m", 64, 1, 0.8, 0.7, 0.9), ("ref", 64, 1, 0.65, 0.55, 0.75)])
+    e9.best["std"], e9.best["n_seeds"] = float(np.std(a3 * 3, ddof=1)), 9
+    assert C.alike(e9, "ref", ["m"]).verdict == "contradicted"
+
+
+def test_more_seeds_sharpen_a_claim_of_no_difference():
+    """Alike: consistent only when the interval on the difference lies within +-MIN_DIFF, which
+    more seeds of the same mean difference (3 points) and noise earn."""
+    a3, b3 = [0.80, 0.90, 0.95], [0.78, 0.86, 0.92]
+    for k, want in ((1, False), (4, True)):
+        a, b = C.Stat.of("a", a3 * k, 0.25), C.Stat.of("b", b3 * k, 0.25)
+        assert C.alike_within(a, b) is want and not C.conclusive(a, b)
+    # noise alone does not make two models alike: means 3 points apart, 3 noisy seeds
+    e = results([("m", 64, 1, 0.83, 0.60, 1.0), ("ref", 64, 1, 0.80, 0.60, 1.0)])
+    e.best["std"] = 0.2
+    assert C.alike(e, "ref", ["m"]).verdict == "inconclusive"
+    e.best["std"] = 0.0
+    assert C.alike(e, "ref", ["m"]).verdict == "consistent"
+
+
+def test_a_difference_within_the_noise_stays_inconclusive():
+    # a difference under MIN_DIFF is never conclusive, however many seeds pin it down
+    a, b = C.Stat.of("a", [0.90, 0.91, 0.92] * 10, 0.25), C.Stat.of("b", [0.83, 0.84, 0.85] * 10, 0.25)
+    assert C.interval(a, b).lo > 0 and not C.conclusive(a, b) and C.compare(a, b) == 0
+    # a large difference of the means within the seeds' noise: one seed learns, two do not
+    a, b = C.Stat.of("a", [0.95, 0.30, 0.35], 0.25), C.Stat.of("b", [0.26, 0.25, 0.27], 0.25)
+    assert a.mean - b.mean > MIN_DIFF_TEST and C.interval(a, b).lo < 0 and C.compare(a, b) == 0
+    # with zero noise the interval is the point: MIN_DIFF is then the bar
+    assert C.compare(C.Stat("a", 0.60, 0.60, 0.60, 0.25, n=3), C.Stat("b", 0.51, 0.51, 0.51, 0.25, n=3)) == 0
+    assert C.compare(C.Stat("a", 0.62, 0.62, 0.62, 0.25, n=3), C.Stat("b", 0.51, 0.51, 0.51, 0.25, n=3)) == 1
+    # one seed a side: no interval, no verdict
+    assert C.compare(C.Stat("a", 0.99, 0.99, 0.99, 0.25, n=1), C.Stat("b", 0.30, 0.30, 0.30, 0.25, n=3)) == 0
     # neither learned: below the margin over chance nothing beats anything
-    assert C.compare(C.Stat("a", 0.40, 0.40, 0.40, 0.25), C.Stat("b", 0.02, 0.02, 0.02, 0.25)) == 0
+    assert C.compare(C.Stat("a", 0.40, 0.40, 0.40, 0.25, n=3), C.Stat("b", 0.02, 0.02, 0.02, 0.25, n=3)) == 0
+
+
+def test_a_side_at_chance_stays_no_evidence_however_sure_the_interval():
+    """The at-chance rules (issue 26) hold under the interval: thirty seeds each, a difference of
+    70 points with an interval far from 0, and still no evidence where the claim does not predict
+    the failure, or the loser never trained the winner's learning rate on every seed, or no model
+    of its depth learns."""
+    win = C.Stat.of("a", [0.97, 0.98, 0.99] * 10, 0.25, best_lr=1e-2, candidates=(1e-2,), peer_learns=True)
+    lose = C.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 3.16e-3), peer_learns=True)
+    assert C.interval(win, lose).lo > 0.6 and C.beats(win, lose)
+    c, why = C.compare_why(win, lose, predicted=False)
+    assert c == 0 and "at chance, which the claim does not predict" in why
+    c, why = C.compare_why(win, lose, predicted=True)
+    assert c == 0 and "without having trained a's learning rate 0.01" in why
+    covered = C.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 1e-2), peer_learns=False)
+    c, why = C.compare_why(win, covered, predicted=True)
+    assert c == 0 and "no model of its depth and recipe learns" in why
+    real = C.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 1e-2), peer_learns=True)
+    assert C.compare_why(win, real, predicted=True) == (1, "")
 
 
 # --------------------------------------------------------------------------- window claims
@@ -286,6 +382,9 @@ def test_a_verdict_on_fewer_than_three_seeds_is_inconclusive():
     """The project's rule: never trust a verdict that rests on one seed."""
     e = results([one("attention", 0.26), one("mamba", 0.93)])
     assert C.judge({"fig3": e})[0]["verdict"] == "consistent"
-    e.best["n_seeds"] = 1
-    row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
-    assert row["verdict"] == "inconclusive" and "fewer than 3" in row["compared"]
+    for n in (1, 2):  # two seeds with no noise: a point interval, 67 points apart; still no verdict
+        e.best["n_seeds"] = n
+        row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
+        assert row["verdict"] == "inconclusive" and "fewer than 3" in row["compared"]
+    assert C.compare_why(*[C.stat(e, r) for _, r in e.best.sort_values("mean", ascending=False).iterrows()],
+                         predicted=True)[0] == 1  # the interval alone would have called it

@@ -83,16 +83,24 @@ def test_portable_path_under_bf16_autocast(name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_causal(name):
-    """Changing tokens after position t never changes outputs at or before t (whole model)."""
+    """Changing tokens after position t + a never changes outputs at or before t (whole model),
+    where a is the steps ahead the model declares (0 but for a centred conv: its mixers'
+    ``lookahead`` per layer); and a model that declares a sees exactly that far."""
     lm = build_lm(name).eval()
+    ahead = sum(getattr(layer, "lookahead", 0) for layer in lm.modules())
     x = torch.randint(0, 64, (B, L))
     base = lm(x)
-    for t in (0, L // 3, L - 2):
+    for t in (0, L // 3, L - 2 - ahead):
         x2 = x.clone()
-        x2[:, t + 1 :] = torch.randint(0, 64, (B, L - t - 1))
+        x2[:, t + 1 + ahead :] = torch.randint(0, 64, (B, L - t - 1 - ahead))
         out = lm(x2)
         assert torch.allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5), f"{name}: position {t} sees the future"
         assert not torch.allclose(out[:, t + 1 :], base[:, t + 1 :], atol=1e-5), f"{name}: output ignores the input"
+        if ahead and t:  # (at t = 0 attention attends to itself alone: a conv on Q or K changes nothing there)
+            x3 = x.clone()
+            x3[:, t + ahead] = (x[:, t + ahead] + 1) % 64
+            # at init that dependence is small (~1e-7 through two layers): any change of the bits
+            assert not torch.equal(lm(x3)[:, t], base[:, t]), f"{name}: does not see {ahead} step(s) ahead"
 
 
 @pytest.mark.parametrize("name", MIXER_CASES)

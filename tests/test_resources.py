@@ -191,17 +191,17 @@ def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path)
 
 # --------------------------------------------------------------------------- the learning-rate protocol
 def test_the_paper_scale_on_the_search_protocol_stays_within_its_budget(config):
-    """Issue 26's budget: the paper scale's searches, every budget spent, at most 8,500 cells and
-    10,000 estimated GPU-hours, and at most a third of the literal grid's GPU-hours under the same
-    cost model; the fixed grid (lr_protocol: grid) is the literal grid."""
+    """Issue 30's budget: the paper scale's searches, every budget spent, at most 11,000 cells and
+    13,500 estimated GPU-hours, and under 0.45 of the literal grid's GPU-hours under the same cost
+    model; the fixed grid (lr_protocol: grid) is the literal grid."""
     grid = Grid(config, "paper")
     pp = budget.protocol_plan(grid)
-    assert pp["protocol"] == "search" and pp["cells_round0"] < pp["cells_max"] <= 8500
-    assert pp["gpu_hours_estimated_max"] <= 10_000
-    assert pp["gpu_hours_estimated_max"] <= pp["gpu_hours_estimated_fixed_grid"] / 3
+    assert pp["protocol"] == "search" and pp["cells_round0"] < pp["cells_max"] <= 11_000
+    assert pp["gpu_hours_estimated_max"] <= 13_500
+    assert pp["gpu_hours_estimated_max"] < 0.45 * pp["gpu_hours_estimated_fixed_grid"]
     assert pp["ratio_gpu_hours_to_fixed_grid"] == pytest.approx(
         pp["gpu_hours_estimated_max"] / pp["gpu_hours_estimated_fixed_grid"])
-    assert pp["cells_fixed_grid"] == len(grid.all_cells()) > 2 * pp["cells_max"]
+    assert pp["cells_fixed_grid"] == len(grid.all_cells()) > pp["cells_max"]
     fixed = budget.protocol_plan(grid, protocol="grid")
     assert fixed["cells_round0"] == fixed["cells_max"] == pp["cells_fixed_grid"]
 

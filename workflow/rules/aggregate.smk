@@ -43,15 +43,16 @@ rule cells_table:
 
 
 # The protocol checked on real cells (`make protocol-check`; not part of `all`: it trains the
-# literal grid's cells the searches did not): each search setting's statistic beside the literal
-# grid's (lr_protocol: grid), with the cells each spent.
+# literal grid's cells the searches did not): each search's statistic beside the literal grid's
+# (the scale's `protocol_check`: a grid finer than the searches' start, for some experiments'
+# searches), with the cells each spent.
 rule protocol_check:
     output:
         csv=f"{OUT}/tables/protocol_check.csv",
         md=f"{OUT}/tables/protocol_check.md",
     input:
-        reports=[s.report_path(OUT) for s in SEARCHES.searches.values()],
-        grid=lambda wc: cell_results(Searches(GRID, "grid").round0_cells()),
+        reports=[s.report_path(OUT) for s, _ in protocol_check.selection(GRID, SEARCHES)],
+        grid=lambda wc: cell_results(protocol_check.literal_cells(GRID, SEARCHES)),
     params:
         code=script_code("scripts/protocol_check.py"),
     log:

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from arrepro.cluster import internals, packs
 from arrepro.config import costs  # wall time, memory and group of a cell
 from arrepro.search.plans import Plan
+from arrepro.search import protocol_check
 from arrepro.search.rounds import Searches, round_cells, search_cells
 from arrepro.report import blocks
 from arrepro.train import runfile

@@ -10,13 +10,19 @@ is then not listed). The rules, the same for every claim and stated in the paper
   emit some value from the context), 0 for the copy task's exact match;
 - a model **has learned** iff its accuracy >= chance + LEARNED_MARGIN * (1 - chance)
   (0.4375 at K = 4);
-- a difference between two accuracies is **conclusive** iff it exceeds both sides' max-min
-  spread over seeds and MIN_DIFF (the threshold that remains with one seed);
+- two sides are compared by Welch's 95% t interval on the difference of their means over seeds
+  (arrepro.report.interval; see ``interval`` below for why Welch's and not paired by seed): a
+  difference is **conclusive** iff the interval excludes 0 and the difference of the means
+  exceeds MIN_DIFF (a difference of under 10 points earns no verdict however sure); a side with
+  fewer than 2 seeds has no interval, so nothing is conclusive against it. More seeds with the
+  same mean difference and noise narrow the interval, so they can only sharpen a verdict (the
+  max-min spread used before could only grow with more seeds);
 - A **beats** B iff A - B is conclusive and A has learned; a claim that A beats B is consistent
   when A beats B, contradicted when B beats A and inconclusive otherwise (neither learned, or a
-  difference within the spread);
-- a claim that A and B are **alike** needs a model that has learned: consistent when their means
-  differ by at most MIN_DIFF, contradicted when one beats the other, inconclusive otherwise;
+  difference within the noise);
+- a claim that A and B are **alike** needs a model that has learned: consistent when the interval
+  on their difference lies within +-MIN_DIFF, contradicted when one beats the other, inconclusive
+  otherwise;
 - a learning rate is **good** for a model when its mean accuracy reaches GOOD; a model's
   **window** in a setting is the span of its good learning rates, whose true edges lie between
   the outermost good learning rates tried and their nearest tried neighbours that are not good
@@ -35,11 +41,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from arrepro.report.interval import LEVEL, Interval, welch
 from arrepro.search.protocol import Window, wider
 from arrepro.search.thresholds import GOOD, LEARNED_MARGIN, learned_threshold
 from arrepro.report.tex import acc, points
 
-MIN_DIFF = 0.10        # a difference smaller than this is never conclusive (one seed: the only bar)
+MIN_DIFF = 0.10        # a difference of means at most this is never conclusive; "alike" within it
 MIN_SEEDS = 3          # a verdict resting on fewer seeds is inconclusive, whatever the numbers
 PARAM_RATIO = 1.5      # "the same parameter count": within this factor of each other
 SETTING = ["task", "width", "layers"]
@@ -51,9 +58,10 @@ VERDICTS = (CONSISTENT, CONTRADICTED, INCONCLUSIVE)
 @dataclass(frozen=True)
 class Stat:
     """One model's accuracy in one setting (at one learning rate): mean and min/max over seeds,
-    and what a failure there would need to count as evidence (``failure_counts``): the learning
+    what a failure there would need to count as evidence (``failure_counts``): the learning
     rate reported, the candidates (learning rates trained on every reported seed) and whether a
-    model of the same depth and recipe learns in the experiment."""
+    model of the same depth and recipe learns in the experiment; and the sample standard deviation
+    (ddof 1) and number of seeds the mean is over (``interval``)."""
     label: str
     mean: float
     lo: float
@@ -62,6 +70,15 @@ class Stat:
     best_lr: float | None = None
     candidates: tuple[float, ...] = ()
     peer_learns: bool = False
+    sd: float = 0.0
+    n: int = 1
+
+    @classmethod
+    def of(cls, label: str, accs, chance: float, **kw) -> "Stat":
+        """From the per-seed accuracies (as the aggregation computes a best row's)."""
+        a = np.asarray(accs, dtype=float)
+        return cls(label, float(a.mean()), float(a.min()), float(a.max()), chance,
+                   sd=float(a.std(ddof=1)) if len(a) > 1 else 0.0, n=len(a), **kw)
 
     @property
     def spread(self) -> float:
@@ -82,8 +99,38 @@ class Stat:
         return f"{self.label} {acc(self.mean)}%{rng}"
 
 
+def interval(a: Stat, b: Stat) -> Interval:
+    """The 95% interval on mean(a) - mean(b) over seeds: Welch's t interval from each side's mean,
+    standard deviation and seed count.
+
+    Why Welch's and not an interval paired by seed: the two sides of a claim are different models,
+    often at different learning rates (each its own best), so a seed fixes the data order and
+    little else that they share (their initial weights are drawn by different architectures from
+    the same stream), and a pairing would buy little; Welch's needs only what a best-table row
+    records (mean, std, n_seeds) and does not assume the two sides equally noisy (a model at
+    chance varies little over seeds, one that learns on some of them a lot). Sides over different
+    seed sets (a one-seed figure against a three-seed one) compare too."""
+    return welch(a.mean, a.sd, a.n, b.mean, b.sd, b.n)
+
+
 def conclusive(a: Stat, b: Stat) -> bool:
-    return abs(a.mean - b.mean) > max(a.spread, b.spread, MIN_DIFF)
+    """The interval on the difference excludes 0, and the means differ by more than MIN_DIFF."""
+    return abs(a.mean - b.mean) > MIN_DIFF and interval(a, b).excludes_zero()
+
+
+def alike_within(a: Stat, b: Stat) -> bool:
+    """The interval on the difference lies within +-MIN_DIFF (more seeds narrow it: a claim of no
+    difference is earned, not granted by noise)."""
+    return interval(a, b).within(MIN_DIFF)
+
+
+def diff_text(a: Stat, b: Stat) -> str:
+    """The difference of means and its interval, in points: "+59.0 points, 95% interval +50.2 to +67.8"."""
+    iv = interval(a, b)
+    if iv.df == 0.0:
+        return f"{points(100 * iv.diff)} points, no interval (under 2 seeds)"
+    return (f"{points(100 * iv.diff)} points, {100 * LEVEL:g}% interval "
+            f"{points(100 * iv.lo)} to {points(100 * iv.hi)}")
 
 
 def beats(a: Stat, b: Stat) -> bool:
@@ -155,9 +202,11 @@ def stat(e, r, label: str | None = None) -> Stat:
     rows = e.rows()
     peers = rows[(rows["layers"] == r["layers"]) & (rows["recipe"] == r["recipe"])]
     learns = any(m >= learned_threshold(e.chance(row)) for m, (_, row) in zip(peers["mean"], peers.iterrows()))
+    n = int(r["n_seeds"]) if "n_seeds" in r and pd.notna(r["n_seeds"]) else 1
+    sd = float(r["std"]) if "std" in r and pd.notna(r["std"]) else 0.0
     return Stat(label or r["model"], float(r["mean"]), float(r["min"]), float(r["max"]), e.chance(r),
                 float(r["best_lr"]) if "best_lr" in r else None,
-                tuple(float(x) for x in cands.split(";") if x), learns)
+                tuple(float(x) for x in cands.split(";") if x), learns, sd, n)
 
 
 def paired(e, a: str, b: str, part_a="main", part_b="main", layers=None) -> list[tuple]:
@@ -180,11 +229,13 @@ def a_beats_b(e, a: str, b: str, layers=None, predicted: bool = False) -> Judgem
         return None
     r, sa, sb = max(pairs, key=lambda p: p[1].mean)
     c, why = compare_why(sa, sb, predicted)
-    return Judgement(tally(c > 0, c < 0), f"{_setting_text(r)}: {sa.text()} vs {sb.text()}" + (f" ({why}: no evidence)" if why else ""))
+    return Judgement(tally(c > 0, c < 0), f"{_setting_text(r)}: {sa.text()} vs {sb.text()} ({diff_text(sa, sb)})"
+                     + (f" ({why}: no evidence)" if why else ""))
 
 
 def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
-    """Each of ``others`` is within MIN_DIFF of ``ref`` (where one of the two has learned)."""
+    """Each of ``others`` is alike ``ref``: the interval on their difference within +-MIN_DIFF
+    (where one of the two has learned)."""
     found, parts, verdicts = False, [], []
     for o in others:
         pairs = paired(e, o, ref, layers=layers)
@@ -192,12 +243,12 @@ def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
             continue
         found = True
         r, so, sr = max(pairs, key=lambda p: p[2].mean)
-        parts.append(f"{_setting_text(r)}: {so.text()} vs {sr.text()}")
+        parts.append(f"{_setting_text(r)}: {so.text()} vs {sr.text()} ({diff_text(so, sr)})")
         c, why = compare_why(so, sr, predicted=True)  # a failure on either side is against the claim
         parts[-1] += f" ({why}: no evidence)" if why else ""
         if c != 0:
             verdicts.append(CONTRADICTED)
-        elif (so.learned or sr.learned) and abs(so.mean - sr.mean) <= MIN_DIFF:
+        elif (so.learned or sr.learned) and alike_within(so, sr):
             verdicts.append(CONSISTENT)
         else:
             verdicts.append(INCONCLUSIVE)
@@ -426,7 +477,7 @@ def judge(results: dict) -> list[dict]:
         j = fn(e)
         if j is not None:
             seeds = int(e.best["n_seeds"].min()) if "n_seeds" in e.best.columns else MIN_SEEDS
-            if seeds < MIN_SEEDS and j.verdict != INCONCLUSIVE:  # one seed's word is no verdict
+            if seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
                 j = Judgement(INCONCLUSIVE, f"{j.compared} (on {seeds} seed{'s' if seeds != 1 else ''}, fewer than "
                                             f"{MIN_SEEDS}: no verdict)")
             rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared})
@@ -437,12 +488,16 @@ def rules_text() -> str:
     """The rules in a sentence or three, for the paper's claims table (plain text)."""
     return (f"Chance is 1/K for MQAR with K key-value pairs and 0 for the copy task's exact match. A model has "
             f"learned when its mean accuracy reaches chance + {LEARNED_MARGIN:g} × (1 - chance) "
-            f"({100 * learned_threshold(0.25):.2f}% at K = 4). A difference is conclusive when it exceeds both "
-            f"sides' max–min spread over seeds and {MIN_DIFF:g} (the only bar with one seed); a model beats "
-            f"another when it has learned and is conclusively better. A claim that one model does better is "
-            f"consistent when it beats the other, contradicted when the other beats it, inconclusive otherwise; "
-            f"a claim that two do alike is consistent when one has learned and the means differ by at most "
-            f"{MIN_DIFF:g}. A learning rate is good at a mean of {100 * GOOD:g}%; a window (the span of good learning rates, its "
+            f"({100 * learned_threshold(0.25):.2f}% at K = 4). Two models are compared by Welch's "
+            f"{100 * LEVEL:g}% t interval on the difference of their mean accuracies over seeds (from each side's "
+            f"mean, standard deviation and number of seeds; none with under 2 seeds): a difference is conclusive "
+            f"when the interval excludes 0 and the means differ by more than {MIN_DIFF:g} (more seeds with the same "
+            f"difference and noise narrow the interval, so they can only sharpen a verdict); a model beats another when it has learned and is conclusively better. A claim "
+            f"that one model does better is consistent when it beats the other, contradicted when the other beats "
+            f"it, inconclusive otherwise; a claim that two do alike is consistent when one has learned and the "
+            f"interval lies within ±{MIN_DIFF:g}. A model at chance is no evidence unless the claim predicts "
+            f"its failure, its search trained the other's learning rate on every seed and a model of its depth "
+            f"learns here. A learning rate is good at a mean of {100 * GOOD:g}%; a window (the span of good learning rates, its "
             f"edges known to lie between the outermost good learning rate tried and the next one tried) is wider "
             f"than another when its narrowest possible span exceeds the other's widest possible one, setting by "
             f"setting; no good learning rate, no window. Equal parameter counts: within a "

@@ -142,6 +142,12 @@ REFERENCE: list[Ref] = [
     Ref("experiments.fig13.widths", _grid("fig13", 0, "widths"), SILENT, source="Fig. 13 caption (width not given)"),
     Ref("experiments.table2.setting", _setting("table2"), SILENT,
         source="Table 2: 'Attention 2%'; Sec. 4: 1-layer attention recalls 'one key-value pair in every setting'"),
+    Ref("Table 3 convolutions", lambda c: sorted({c["models"][m]["mixer_kwargs"].get("conv_mode", "causal")
+                                                  for g in _scale(c)["experiments"]["table3"]["grids"] for m in g["models"]
+                                                  if c["models"][m]["card"]["role"] == "ablation"
+                                                  and c["models"][m]["card"]["of"] == "attention"}),
+        SILENT, source="Sec. 7: 'a 1D convolution before the QKV matrix projections' (causal or not: not given); "
+                       "Table 3: 'Conv on V 99%'"),
     # ---- the paper's recipe (A.2)
     Ref("recipes.paper.epochs", _recipe("paper", "epochs"), 50, 64, source="A.2 Training: 'We trained for 50 epochs'"),
     Ref("recipes.paper.batch_size", _recipe("paper", "batch_size"), {128: 512, 256: 256, 512: 128}, {128: 512, 256: 256, 512: 128},

@@ -55,7 +55,7 @@ LOG_EPS = 1e-6  # decades: two learning rates this close in log10 are the same p
 # 0.4997 decades above 1 and 0.5003 below 10; a midpoint snapped to three digits is off by up to
 # 4e-4 decades (1.78e-3 is 0.2504 decades from 1e-3): both are the resolution they mean.
 RES_TOL = 1e-3
-KINDS = ("start", "refine", "seeds")
+KINDS = ("start", "scan", "refine", "seeds")
 
 
 def snap(lr: float) -> float:
@@ -101,6 +101,9 @@ class SearchSpec:
     plateau: float  # two or more learning rates at or above this: a plateau (the peak is not refined)
     learned: float  # no cell of any seed reaching this: nothing learned (arrepro.search.thresholds)
     good: float  # a learning rate is in the good window when its mean reaches this
+    scan: float = 0.0  # decades: while nothing learned, the range is scanned this finely (0: no scan)
+    scan_seeds: int = 2  # the scan covers every scan point on this many seeds, one round a seed
+    scan_range: tuple[float, ...] = ()  # (lo, hi): the span the scan covers (empty: the range)
 
     def __post_init__(self):
         object.__setattr__(self, "ladder", tuple((int(s), int(t)) for s, t in self.ladder))
@@ -110,6 +113,8 @@ class SearchSpec:
             raise ValueError(f"the search seeds {list(self.search_seeds)} must be the first of the seeds {list(self.seeds)}")
         if self.resolution <= 0 or self.rounds < 0 or self.per_round < 1 or self.budget < 0:
             raise ValueError("resolution must be > 0, rounds >= 0, per_round >= 1, budget >= 0")
+        if self.scan < 0 or self.scan_seeds < 1:
+            raise ValueError("scan must be >= 0 (decades; 0: no scan) and scan_seeds >= 1")
         levels = self.levels
         if levels[-1] != len(self.seeds) or any(b <= a for a, b in zip(levels, levels[1:])):
             raise ValueError(f"ladder {[list(x) for x in self.ladder]}: its seeds must rise from the "
@@ -154,10 +159,34 @@ class SearchSpec:
         return self.budget or self.base_cells()
 
     @property
+    def scan_rounds(self) -> int:
+        """Scan rounds at most (each a ring further out and a seed deeper in), where a refinement can follow."""
+        if not (self.scan and self.rounds):
+            return 0
+        return min(self.scan_seeds, len(self.seeds) - 1) + max((r for _, r in self.scan_points()), default=0)
+
+    @property
     def max_rounds(self) -> int:
-        """Rounds after round 0, at most: the refinement rounds, twice the ladder's steps (the
-        climb, then contenders) and one more (a climb after a refinement that the seeds asked for)."""
-        return self.rounds + (2 * len(self.ladder) + 1 if self.ladder else 0)
+        """Rounds after round 0, at most: the scan's and refinement rounds, twice the ladder's steps
+        (the climb, then contenders) and one more (a climb after a refinement that the seeds asked for)."""
+        return self.rounds + self.scan_rounds + (2 * len(self.ladder) + 1 if self.ladder else 0)
+
+    def scan_points(self) -> list[tuple[float, int]]:
+        """The learning rates a scan visits, each with its *ring*: the lattice through the start
+        grid's lowest point, ``scan`` decades apart, inside the range; ring 0 inside the start
+        grid's span, ring k the k-th lattice point beyond it on either side."""
+        if not self.scan:
+            return []
+        lo, hi = self.scan_range or (self.lo, self.hi)
+        a, lo, hi = math.log10(min(self.start)), math.log10(max(lo, self.lo)), math.log10(min(hi, self.hi))
+        top = math.log10(max(self.start))
+        ks = range(math.ceil((lo - a) / self.scan - RES_TOL), math.floor((hi - a) / self.scan + RES_TOL) + 1)
+        out = []
+        for k in ks:
+            x = a + k * self.scan
+            beyond = max(a - x, x - top, 0.0) / self.scan
+            out.append((snap(10 ** x), max(0, math.ceil(beyond - RES_TOL))))
+        return out
 
     def as_dict(self) -> dict:
         d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
@@ -273,6 +302,21 @@ class Evidence:
         """Best score first; equal scores: the lower learning rate first."""
         return sorted(lrs, key=lambda lr: (-self.score(lr), lr))
 
+    def promise(self, lr: float) -> float:
+        """How good ``lr`` may be, for choosing which learning rates get seeds (never for what is
+        reported): its score, or, where both its nearest tried neighbours score higher, the lower
+        of theirs. A rate between two that learn is as likely to learn as they are; its own few
+        seeds may have failed where the others' did not (the winner's curse of one seed)."""
+        tried = self.tried
+        i = tried.index(lr)
+        if 0 < i < len(tried) - 1:
+            return max(self.score(lr), min(self.score(tried[i - 1]), self.score(tried[i + 1])))
+        return self.score(lr)
+
+    def by_promise(self, lrs) -> list[float]:
+        """Most promising first (``promise``); ties: the better score, then the lower learning rate."""
+        return sorted(lrs, key=lambda lr: (-self.promise(lr), -self.score(lr), lr))
+
     def cells(self) -> int:
         return sum(map(len, self.acc.values()))
 
@@ -293,11 +337,27 @@ def _on_lattice(t: float, step: float) -> float:
     return q if abs(t - q) <= RES_TOL else t
 
 
+def _to_scan_lattice(spec: SearchSpec, lr: float) -> float:
+    """``lr`` on the scan's lattice (``scan`` decades through the start grid's lowest point) when
+    within 0.02 decades of it, so that a search on the literal grid's lattice tries its rates
+    exactly (extending 1e-2 by two thirds of a decade gives 4.64e-2, not 4.65e-2)."""
+    if not spec.scan:
+        return lr
+    a = math.log10(min(spec.start))
+    q = a + round((math.log10(lr) - a) / spec.scan) * spec.scan
+    return snap(10 ** q) if abs(math.log10(lr) - q) <= 0.02 else lr
+
+
 def _extend(x: float, direction: int, spec: SearchSpec, n: int) -> list[float]:
-    """Up to ``n`` learning rates beyond ``x`` by the start grid's step, clipped to the range."""
+    """Up to ``n`` learning rates beyond ``x`` by the start grid's step (with a scan, by the scan's
+    finer lattice step: a search on the literal grid's lattice skips none of its rates), clipped to
+    the range."""
     out, bound = [], spec.lo if direction < 0 else spec.hi
     for k in range(1, n + 1):
-        y = snap(10 ** _on_lattice(math.log10(x) + direction * k * spec.step, spec.step))
+        if spec.scan:
+            y = _to_scan_lattice(spec, snap(10 ** (math.log10(x) + direction * k * spec.scan)))
+        else:
+            y = snap(10 ** _on_lattice(math.log10(x) + direction * k * spec.step, spec.step))
         y = max(y, spec.lo) if direction < 0 else min(y, spec.hi)
         if not out or decades(y, out[-1]) > LOG_EPS:
             out.append(y)
@@ -321,7 +381,7 @@ def _side(x: float, tried: list[float], direction: int, spec: SearchSpec, n: int
     nb = max(beyond) if direction < 0 else min(beyond)
     if decades(x, nb) <= spec.resolution + RES_TOL:
         return [], "resolved"
-    return [midpoint(x, nb)], "gap"
+    return [_to_scan_lattice(spec, midpoint(x, nb))], "gap"
 
 
 def _why(kind: str, subject: str, direction: int, new: list[float]) -> str:
@@ -366,6 +426,10 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
             return [], "every cell diverged, down to the range's lower bound"
         new = _extend(tried[0], -1, spec, spec.per_round)
         return new, f"every cell diverged: extend below the lowest, {tried[0]:.3g}, to {_lrs(new)}"
+    if not ev.learned_any and spec.scan:
+        # nothing learned on any seed yet: the scan looks everywhere (``scan_round``); an edge is
+        # never chosen by scores at chance
+        return [], f"nothing learned on the seeds so far (the best score {scores[b]:.3f}, at {b:.3g})"
     if not ev.learned_any:
         # nothing learned on any seed yet: the ladder first asks the next seed everywhere (a dead
         # search seed sees nothing anywhere); then a best on the start grid's edge extends (once),
@@ -403,6 +467,19 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
     return new[:spec.per_round], "; ".join(why)
 
 
+def _thin_neighbours(spec: SearchSpec, ev: Evidence, e: int) -> list[float]:
+    """With a scan (where a seed may fail at some rates and not others): the nearest tried
+    neighbours of the most promising learning rate that have fewer than ``e`` seeds, the seeds up
+    to the first that learned: a neighbour seen only by a seed that learned nothing anywhere
+    does not resolve the best (it is as good as untried)."""
+    if not spec.scan or not ev.learned_any or e <= len(spec.search_seeds):
+        return []
+    tried = ev.tried
+    b = ev.by_promise(tried)[0]
+    i = tried.index(b)
+    return [tried[j] for j in (i - 1, i + 1) if 0 <= j < len(tried) and ev.n(tried[j]) < e]
+
+
 # --------------------------------------------------------------------------- seeds
 def _lift(spec: SearchSpec, ev: Evidence, lr: float, to: int) -> list[tuple[float, int]]:
     return [(lr, s) for s in spec.seeds[ev.n(lr):to]]
@@ -426,12 +503,15 @@ def _ladder_gap(spec: SearchSpec, ev: Evidence) -> tuple[int, list[float]]:
     instead, every learning rate tried gets the next seed (one at a time, before the last step),
     so that the setting is called "not learned" only after its seeds looked everywhere."""
     n = len(spec.seeds)
-    if not ev.learned_any:
+    if not ev.learned_any and not spec.scan:
         k = min(ev.n(lr) for lr in ev.tried)
         if k + 1 < n:
             return k + 1, [lr for lr in ev.tried if ev.n(lr) == k]
     for (seeds, take), before in zip(spec.ladder, spec.levels):
-        top = ev.ranked([lr for lr in ev.tried if ev.n(lr) >= before])[:take]
+        pool = [lr for lr in ev.tried if ev.n(lr) >= before]
+        # nothing learned anywhere (after a scan): the ranking is noise, so the cheapest to complete
+        top = ((ev.by_promise(pool) if spec.scan else ev.ranked(pool)) if ev.learned_any or not spec.scan
+               else sorted(pool, key=lambda lr: (-ev.n(lr), -ev.score(lr), lr)))[:take]
         lift = [lr for lr in top if ev.n(lr) < seeds]
         if lift:
             return seeds, lift
@@ -464,7 +544,7 @@ def _finish_reserve(spec: SearchSpec, ev: Evidence, new: int = 0, lifted: dict[f
 def _can_widen(spec: SearchSpec, ev: Evidence, left: int | None) -> bool:
     """Whether the next seed can still look everywhere (nothing learned yet) within ``left`` cells,
     the ladder's last step kept."""
-    if left is None or ev.learned_any:
+    if left is None or ev.learned_any or spec.scan:
         return False
     k = min(ev.n(lr) for lr in ev.tried)
     if k + 1 >= len(spec.seeds):
@@ -483,7 +563,8 @@ def contenders(spec: SearchSpec, ev: Evidence) -> list[float]:
     if not full or not ev.learned_any:  # nothing learned on any seed: nothing to beat
         return []
     top = max(full.values())
-    return ev.ranked([lr for lr in ev.tried if lr not in full and ev.bound(lr) > top + EXACT])
+    left = [lr for lr in ev.tried if lr not in full and ev.bound(lr) > top + EXACT]
+    return ev.by_promise(left) if spec.scan else ev.ranked(left)
 
 
 def _maybe_good(spec: SearchSpec, ev: Evidence) -> list[float]:
@@ -505,7 +586,9 @@ def climb(spec: SearchSpec, ev: Evidence, left: int, last: bool) -> tuple[list[t
         cost = sum(len(_lift(spec, ev, lr, to)) for lr, to in todo)
         after = _finish_reserve(spec, ev, lifted={lr: to for lr, to in todo})
         if seeds < n and (last or cost + after > left):
-            top = ev.ranked([lr for lr in ev.tried])[:spec.candidates]
+            # nothing learned anywhere: the ranking is noise, so the cheapest to complete
+            rank = ev.ranked(ev.tried) if ev.learned_any else sorted(ev.tried, key=lambda lr: (-ev.n(lr), -ev.score(lr), lr))
+            top = rank[:spec.candidates]
             todo = [(lr, n) for lr in top if ev.n(lr) < n]
             why = f"the ladder's last step (the {'round' if last else 'cell'} budget): the best {len(todo)} by score climb to {n} seeds"
         elif seeds < n and not ev.learned_any:
@@ -534,6 +617,48 @@ def climb(spec: SearchSpec, ev: Evidence, left: int, last: bool) -> tuple[list[t
     return cells, (f"{why}: {_lrs(lrs)}" if cells else "")
 
 
+# --------------------------------------------------------------------------- the scan
+SCAN_RESERVE = 1  # candidates the scan keeps cells for (on every seed) should it find a learning rate that learns
+
+
+def _seeds_at(ev: Evidence, lr: float) -> int:
+    """Seeds ``lr`` has (0: untried), matching tried learning rates within LOG_EPS decades."""
+    return next((ev.n(t) for t in ev.tried if decades(t, lr) <= LOG_EPS), 0)
+
+
+def scan_round(spec: SearchSpec, ev: Evidence, left: int, k: int) -> tuple[list[tuple[float, int]], str]:
+    """The ``k``-th scan round (k = 0, 1, ...), while nothing has learned on any seed. The scan
+    points (``SearchSpec.scan_points``) lie in rings: ring 0 inside the start grid's span, ring r
+    the r-th lattice point beyond it on either side. The first round trains every scan point on
+    the search seed (the whole span, as finely as the literal grid); round k trains ring r on the
+    i-th seed where i + r <= k (at most ``scan_seeds`` seeds): each round looks one ring further
+    out and one seed deeper in, so a dead search seed is looked past inside the start grid's span
+    first. In that order (ring + seed, then the earlier seed), as many cells as fit beside those
+    that would put ``SCAN_RESERVE`` candidates on every seed should the scan find something (from
+    the fewest seeds a new cell leaves a learning rate on). No score at chance chooses where."""
+    n = len(spec.seeds)
+    depth = min(spec.scan_seeds, n - 1)
+    want = sorted((i + ring if i else 0, i, ring, p) for p, ring in spec.scan_points()
+                  for i in range(_seeds_at(ev, p), depth) if i == 0 or i + ring <= k)
+    per = min(SCAN_RESERVE, spec.candidates) if spec.ladder else 0
+    cells, low = [], n
+    for _, i, ring, p in want:
+        if len(cells) + 1 + per * (n - min(low, i + 1)) > left:
+            break
+        cells.append((p, spec.seeds[i]))
+        low = min(low, i + 1)
+    if not cells:
+        return [], ""
+    by_seed: dict[int, list[float]] = {}
+    for p, s in cells:
+        by_seed.setdefault(s, []).append(p)
+    lo, hi = spec.scan_range or (spec.lo, spec.hi)
+    why = (f"nothing learned on the seeds so far: the scan ({spec.scan:.3g} decades apart over [{lo:g}, {hi:g}]), "
+           f"round {k + 1}: " + "; ".join(f"seed {s} at {_lrs(sorted(ps))}" for s, ps in by_seed.items())
+           + (f" ({len(want) - len(cells)} left out: the budget)" if len(want) > len(cells) else ""))
+    return cells, why
+
+
 # --------------------------------------------------------------------------- the rounds
 def _lrs(xs) -> str:
     return ", ".join(f"{x:.3g}" for x in xs)
@@ -560,6 +685,12 @@ def outcome(spec: SearchSpec, ev: Evidence, chosen: float) -> tuple[str, str]:
     new, why, peak = _peak(spec, ev, chosen, 1)
     if peak == "open":
         return "budget", f"the budget (rounds or cells) was spent before {chosen:.3g} was resolved: {'; '.join(why)}"
+    left = contenders(spec, ev)
+    if left:
+        n = len(spec.seeds)
+        bounds = ", ".join(f"{lr:.3g} (on {ev.n(lr)} of {n} seeds, at most {ev.bound(lr):.3f})" for lr in left)
+        return "contenders", (f"{len(left)} learning rate(s) could still beat the reported mean "
+                              f"{ev.full()[chosen]:.3f} at {chosen:.3g} with more seeds (the budget): {bounds}")
     if peak == "range":
         return "range", "; ".join(why)
     return "resolved", f"the chosen {chosen:.3g} has its nearest tried neighbours within {spec.resolution:g} decades"
@@ -586,15 +717,28 @@ def decide(spec: SearchSpec, rounds: list[Round], results: dict) -> tuple[Round 
     ev = Evidence.of(spec, rounds, results)
     left = spec.max_cells() - ev.cells()
     rounds_left = spec.max_rounds - (len(rounds) - 1)
+    if (spec.scan and not ev.learned_any and not ev.all_diverged and rounds_left >= 1 + bool(spec.ladder)
+            and sum(r.kind == "scan" for r in rounds) < spec.scan_rounds):
+        cells, why = scan_round(spec, ev, left, sum(r.kind == "scan" for r in rounds))
+        if cells:
+            return Round("scan", cells, why), state_of(spec, ev, "refine")
     if rounds_left >= 1 + bool(spec.ladder) and sum(r.kind == "refine" for r in rounds) < spec.rounds:
         new, why = explore(spec, ev, left)
         e = explore_level(spec, ev)
-        while new and len(new) * e + max(_ladder_cost(spec, ev, len(new)), _finish_reserve(spec, ev, len(new))) > left:
+        lift = _thin_neighbours(spec, ev, e)
+        extra = sum(e - ev.n(lr) for lr in lift)
+        while new and len(new) * e + extra + max(_ladder_cost(spec, ev, len(new)), _finish_reserve(spec, ev, len(new))) > left:
             new = new[:-1]  # what still fits beside the ladder's cells
-        if new:
-            if e > len(spec.search_seeds):
+        if lift and not new and extra + _ladder_cost(spec, ev) > left:
+            lift = []  # a thin neighbour is lifted while the ladder's expected cells still fit
+        if new or lift:
+            if new and e > len(spec.search_seeds):
                 why += f" (on seeds {', '.join(map(str, spec.seeds[:e]))}: the search seeds learned nothing)"
-            return Round("refine", [(lr, s) for lr in new for s in spec.seeds[:e]], why), state_of(spec, ev, "refine")
+            if lift:
+                why = ("; ".join(x for x in (why if new else "", f"the best's neighbour(s) {_lrs(lift)} tried on fewer "
+                       f"seeds than the seeds that learn ({e}): lifted to them") if x))
+            cells = [(lr, s) for lr in new for s in spec.seeds[:e]] + [c for lr in lift for c in _lift(spec, ev, lr, e)]
+            return Round("refine", cells, why), state_of(spec, ev, "refine")
     if rounds_left >= 1:
         cells, why = climb(spec, ev, left, last=rounds_left == 1)
         if cells:

@@ -9,7 +9,7 @@ Pure apart from reading cells and search files; no pandas needed beyond the tabl
 from __future__ import annotations
 
 from arrepro.config.cellfiles import RESULT
-from arrepro.config.grid import Setting
+from arrepro.config.grid import ConfigError
 from arrepro.search.protocol import means
 from arrepro.search.rounds import Searches, read_accuracy
 
@@ -22,31 +22,66 @@ def _stat(results: dict, lrs, seeds) -> tuple[float, float, float]:
     return m[lr], lr, max(accs) - min(accs)
 
 
+def selection(grid, searches: Searches | None = None) -> list[tuple]:
+    """The searches the check covers and the literal grid each is held against: [(search, lrs)].
+    The scale's ``protocol_check`` (config.yaml: ``lrs``, a grid finer than the searches' start so
+    that it can catch a missed window; ``experiments``, the experiments whose searches it covers)
+    or, without one, every search against its own grid's ``lrs``. One entry per search: a setting
+    that several series share is checked once."""
+    searches = searches or Searches(grid)
+    check = grid.scale.get("protocol_check") or {}
+    where = f"scales.{grid.scale_name}.protocol_check"
+    wanted = check.get("experiments")
+    unknown = sorted(set(wanted or ()) - set(grid.experiments))
+    if unknown:
+        raise ConfigError(f"{where}.experiments: unknown experiment(s) {unknown}; known: {sorted(grid.experiments)}")
+    out: dict[str, tuple] = {}
+    for (exp, i), found in searches.by_grid.items():
+        if wanted is not None and exp not in wanted:
+            continue
+        g = grid.experiments[exp]["grids"][i]
+        lrs = grid.lrs({"lrs": check["lrs"]} if "lrs" in check else g, f"{where}" if "lrs" in check else
+                       f"scales.{grid.scale_name}.experiments.{exp}.grids[{i}]")
+        for s in found:
+            if s.spec.rounds and s.key not in out:  # a fixed grid is its own literal grid
+                out[s.key] = (s, tuple(lrs))
+    return [out[k] for k in sorted(out)]
+
+
+def literal_cells(grid, searches: Searches | None = None) -> list:
+    """Every cell the check's literal grids train (for the rule's input)."""
+    cells = {}
+    for s, lrs in selection(grid, searches):
+        for lr in lrs:
+            for seed in s.spec.seeds:
+                c = s.setting.cell(lr, seed)
+                cells[c.path] = c
+    return list(cells.values())
+
+
 def compare(grid, reports: dict[str, dict]) -> list[dict]:
-    """One row per search setting: ``reports`` maps each search key (``rounds.Search.key``) to its
-    decision file (``rounds.write_reports``); the literal grid's cells are read from the cells."""
-    literal = Searches(grid, "grid")
-    by_setting = {}
-    for s in literal.searches.values():
-        by_setting.setdefault((s.setting, s.metric), []).append(s)
+    """One row per search the check covers (``selection``): ``reports`` maps each search key
+    (``rounds.Search.key``) to its decision file (``rounds.write_reports``); the literal grid's
+    cells are read from the cells."""
     rows = []
-    for key, rep in sorted(reports.items()):
-        setting, metric = Setting(**rep["setting"]), rep["metric"]
+    for s, lrs in selection(grid):
+        rep = reports[s.key]
+        setting, metric = s.setting, s.metric
         seeds = tuple(rep["spec"]["seeds"])
         results = {(lr, seed): a for lr, seed, a in rep["state"]["results"]}
         points = dict(map(tuple, rep["state"]["points"]))
         chosen = rep["state"]["chosen_lr"]
-        accs = [results[(chosen, s)] or 0.0 for s in seeds]
-        for fixed in by_setting.get((setting, metric), []):
-            lrs = fixed.spec.start
-            cells = {(lr, s): read_accuracy(f"{setting.cell(lr, s).path}/{RESULT}", metric) for lr in lrs for s in seeds}
-            g, g_lr, g_spread = _stat(cells, lrs, seeds)
-            rows.append({"task": setting.task, "model": setting.model, "width": setting.width, "layers": setting.layers,
-                         "search": points[chosen], "search_lr": chosen, "search_spread": max(accs) - min(accs),
-                         "search_cells": len(results), "grid": g, "grid_lr": g_lr, "grid_spread": g_spread,
-                         "grid_cells": len(cells), "grid_lrs": ";".join(f"{x:.3g}" for x in lrs),
-                         "difference": points[chosen] - g,
-                         "within_spread": abs(points[chosen] - g) <= max(max(accs) - min(accs), g_spread)})
+        accs = [results[(chosen, x)] or 0.0 for x in seeds]
+        cells = {(lr, x): read_accuracy(f"{setting.cell(lr, x).path}/{RESULT}", metric) for lr in lrs for x in seeds}
+        g, g_lr, g_spread = _stat(cells, lrs, seeds)
+        rows.append({"task": setting.task, "model": setting.model, "width": setting.width, "layers": setting.layers,
+                     "search": points[chosen], "search_lr": chosen, "search_spread": max(accs) - min(accs),
+                     "search_cells": len(results), "search_outcome": rep["state"].get("outcome", ""),
+                     "grid": g, "grid_lr": g_lr, "grid_spread": g_spread,
+                     "grid_cells": len(cells), "grid_lrs": ";".join(f"{x:.3g}" for x in lrs),
+                     "shared_cells": len(set(cells) & set(results)),
+                     "difference": points[chosen] - g,
+                     "within_spread": abs(points[chosen] - g) <= max(max(accs) - min(accs), g_spread)})
     return rows
 
 
@@ -61,7 +96,10 @@ def markdown(rows: list[dict], task_names: dict | None = None) -> str:
                      f"{r['search_cells']}) | {r['grid']:.3f} ({r['grid_lr']:.3g}, {r['grid_cells']}) | "
                      f"{r['difference']:+.3f} | {'yes' if r['within_spread'] else 'no'} |")
     spent = sum(r["search_cells"] for r in rows), sum(r["grid_cells"] for r in rows)
+    shared = sum(r.get("shared_cells", 0) for r in rows)
     short = [r for r in rows if r["difference"] < 0 and not r["within_spread"]]
-    lines.append(f"\n{len(rows)} settings; cells: the search {spent[0]}, the literal grid {spent[1]} (shared cells "
-                 f"count for both); shortfalls beyond the seed spread: {len(short)}")
+    grids = sorted({r["grid_lrs"] for r in rows})
+    lines.append(f"\n{len(rows)} searches; cells: the searches {spent[0]}, the literal grid{'s' if len(grids) > 1 else ''} "
+                 f"{spent[1]} ({shared} of them shared with the searches); the literal grid: "
+                 f"{' | '.join(g.replace(';', ', ') for g in grids)}; shortfalls beyond the seed spread: {len(short)}")
     return "\n".join(lines)

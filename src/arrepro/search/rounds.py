@@ -42,7 +42,7 @@ from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 PROTOCOLS = ("search", "grid")
 SEARCH_DEFAULTS = schema_defaults("search")  # an lr_searches entry's defaults: the config schema's
-MERGEABLE = ("search_seeds", "window", "rounds", "per_round", "ladder", "budget")  # merged to the most demanding
+MERGEABLE = ("search_seeds", "window", "rounds", "per_round", "ladder", "budget", "scan", "scan_seeds", "scan_range")  # merged to the most demanding (the scan: the lead spec's)
 BIG = "big"  # the group of cells too big to share a Slurm job (arrepro.config.costs.group is None)
 
 
@@ -255,7 +255,8 @@ def search_spec(entry: dict, start, seeds, learned: float, good: float, tier: st
     lo, hi = (float(x) for x in d.get("range", (min(start), max(start))))
     return SearchSpec(tuple(sorted(float(x) for x in start)), lo, hi, float(d["resolution"]), int(d["rounds"]),
                       int(d["per_round"]), search, seeds, bool(d["window"]), tuple(ladder), int(d["budget"]),
-                      float(d["plateau"]), learned, good)
+                      float(d["plateau"]), learned, good, float(d["scan"]), int(d["scan_seeds"]),
+                      tuple(float(x) for x in d.get("scan_range") or ()))
 
 
 def _core_key(spec: SearchSpec) -> str:

@@ -26,6 +26,8 @@ REQUIRES = (
     ("d_model % num_heads == 0", "the width must be a multiple of num_heads"),
     ("isinstance(conv, str) and set(conv) <= set('qkv')", "conv must name a subset of 'qkv'"),
     ("isinstance(conv_size, int) and conv_size >= 1", "conv_size must be a whole number >= 1"),
+    ("conv_mode in ('causal', 'centred')", "conv_mode must be 'causal' or 'centred'"),
+    ("conv_mode == 'causal' or conv_size % 2 == 1", "a centred conv needs an odd conv_size"),
     ("0 <= dropout < 1", "dropout must be in [0, 1)"),
 )
 
@@ -37,15 +39,18 @@ class Attention(KernelMixer):
     cpu_kernel_name = "attention_cpu"
 
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 1, dropout: float = 0.0,
-                 rope: bool = False, conv: str = "", conv_size: int = 3):
+                 rope: bool = False, conv: str = "", conv_size: int = 3, conv_mode: str = "causal"):
         super().__init__()
         require(REQUIRES, locals())
         self.h, self.dh, self.dropout, self.rope, self.max_len = num_heads, d_model // num_heads, dropout, rope, max_len
+        # causal: position t sees t-k+1..t; centred: t-s..t+s, s = (k-1)/2 future steps (the conv
+        # as nn.Conv1d(padding=k//2) computes it, which the paper most likely ran: docs/fidelity.md)
+        self.conv_mode, self.lookahead = conv_mode, (conv_size - 1) // 2 if conv_mode == "centred" else 0
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
-        # a short causal conv on the input of each chosen projection (Li et al., 2024)
+        # a short conv (causal or centred: conv_mode) on the input of each chosen projection (Li et al., 2024)
         self.convs = nn.ModuleDict({p: ShortConv(d_model, conv_size) for p in sorted(set(conv))})
 
     @staticmethod
@@ -53,10 +58,20 @@ class Attention(KernelMixer):
         """Four d x d projections with biases, plus a depthwise conv (weights + bias) per path."""
         return 4 * (d_model * d_model + d_model) + len(set(conv)) * (d_model * conv_size + d_model)
 
+    def _conv(self, name: str, x: torch.Tensor, conv_path: str) -> torch.Tensor:
+        """The chosen projection's conv on x (B, L, D). Centred: the causal conv (any of its paths,
+        unchanged) of x with s zeros after the sequence, shifted back by s steps: out[t] = the sum
+        over x[t-s..t+s], zeros past the end."""
+        conv = getattr(self.convs[name], conv_path)
+        s = self.lookahead
+        if not s:
+            return conv(x)
+        return conv(F.pad(x, (0, 0, 0, s)))[:, s:].contiguous()
+
     def _qkv(self, x: torch.Tensor, conv_path: str):
         out = []
         for name, proj in (("q", self.q_proj), ("k", self.k_proj), ("v", self.v_proj)):
-            inp = getattr(self.convs[name], conv_path)(x) if name in self.convs else x
+            inp = self._conv(name, x, conv_path) if name in self.convs else x
             out.append(proj(inp).unflatten(-1, (self.h, self.dh)).transpose(1, 2))  # (B, H, L, dh)
         q, k, v = out
         if self.rope:
