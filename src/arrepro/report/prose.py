@@ -368,7 +368,8 @@ def models_text(meta: dict) -> str:
     text = f"This scale trains {'; '.join(parts)}."
     paper = meta.get("paper_scale")
     if paper and meta["scale"] != "paper":
-        missing = [cards[m] for m in scale_models(paper["experiments"]) if m not in models]
+        trained = {cards[m].label for m in models}  # (a model of the same label, e.g. the copy task's Mamba, is trained)
+        missing = [cards[m] for m in scale_models(paper["experiments"]) if m not in models and cards[m].label not in trained]
         named = list(dict.fromkeys(tex_escape(c.label) for c in missing if c.role not in ("replication", "positional")))
         extra = (["Zoology's own model forms"] if any(c.role == "replication" for c in missing) else []) + (
             ["the positional variants"] if any(c.role == "positional" for c in missing) else [])
