@@ -71,8 +71,7 @@ NAME_PARSING = [r'"_pe_"', r"_pe_\.\*", r"ZOO_PREFIX", r'"zoology_"', r'startswi
 
 
 def test_no_code_reads_a_models_name_for_its_meaning():
-    files = sorted((ROOT / "src/arrepro/report").glob("*.py")) + [ROOT / "src/arrepro/config/costs.py",
-                                                                   ROOT / "src/arrepro/config/grid.py"]
+    files = sorted(f for part in ("report", "config", "cluster", "search") for f in (ROOT / "src/arrepro" / part).glob("*.py"))
     found = [f"{f.relative_to(ROOT)}:{i}: {line.strip()}" for f in files
              for i, line in enumerate(f.read_text().splitlines(), 1) if any(re.search(p, line) for p in NAME_PARSING)]
     assert not found, "\n".join(found)

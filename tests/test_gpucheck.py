@@ -25,10 +25,9 @@ def test_flops_leave_out_the_mixer_time_factor():
     from arrepro.config import costs
 
     spec = {"task_def": {"kind": "mqar", "seq_len": 64, "num_kv_pairs": 4, "vocab_size": 8192},
-            "width": 64, "layers": 2, "model_def": {"mixer": "hyena"}}
-    assert costs.MIXER_FACTOR["hyena"] > 1
+            "width": 64, "layers": 2, "model": "hyena", "model_def": {"mixer": "hyena"}, "cost_factor": 1.5}  # its card's
     assert gpucheck.model_flops_per_token(spec) < costs.flops_per_token(spec)
-    assert gpucheck.model_flops_per_token(spec) == costs.flops_per_token({**spec, "model_def": {"mixer": "attention"}})
+    assert gpucheck.model_flops_per_token(spec) == costs.flops_per_token({**spec, "cost_factor": 1.0})
 
 
 def test_peak_table_prefers_the_more_specific_name():

@@ -660,13 +660,12 @@ def compare_case(case: Case, config: dict, *, batch: int, seq_len: int, width: i
 def cost_model_tflops(spec: dict) -> float:
     """The effective rate, in the FLOPs of ``model_flops_per_token``, at which the cost model
     (arrepro.config.costs.estimate_seconds) has this cell's arithmetic run: its throughput at the
-    cell's width and precision over the mixer's factor."""
+    cell's width and precision over its model card's cost factor."""
     from arrepro.config import costs
 
     dev = costs.DEVICES["cuda" if spec.get("device") == "cuda" else "cpu"]
     throughput = max(dev.min_flops, costs.peak_flops(spec) * min(1.0, int(spec["width"]) / dev.full_width))
-    mixer = spec["model_def"]["mixer"]
-    return throughput / costs.MIXER_FACTOR.get(mixer, costs.UNKNOWN_MIXER_FACTOR) / 1e12
+    return throughput / costs.cost_factor(spec) / 1e12
 
 
 def time_step(config: dict, family: str, *, scale: str, width: int, layers: int, device, precision: str,
