@@ -215,3 +215,19 @@ def test_the_plan_prints_as_json_for_scripts():
     assert {"cells_round0", "cells_max", "gpu_hours_estimated_round0", "gpu_hours_estimated_max",
             "gpu_hours_requested_max", "by_kind", "cells_fixed_grid"} <= set(plan)
     assert sum(k["cells_max"] for k in plan["by_kind"].values()) >= plan["cells_max"]
+
+
+def test_a_cpu_scale_counts_cpu_hours_and_prints_no_gpu_figure():
+    """Issue 32: `budget demo` printed 4.09 "GPU-hours" and a ratio of 4.1e9 for a CPU scale."""
+    import yaml
+
+    from arrepro.config.checks import load_grid
+
+    out = subprocess.run([sys.executable, "-m", "arrepro.cluster.budget", "demo"], cwd=ROOT, capture_output=True,
+                         text=True, check=True, timeout=300).stdout
+    assert "CPU-hours" in out and "GPU" not in out, out
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    pp = budget.protocol_plan(load_grid(cfg, "demo"))
+    assert pp["unit"] == "CPU" and not any(k.startswith("gpu_hours") for k in pp)
+    assert 0 < pp["cpu_hours_estimated_fixed_grid"] and 0.1 < pp["ratio_cpu_hours_to_fixed_grid"] < 10
+    assert f"{pp['cpu_hours_estimated_max']:.3g} CPU-hours estimated" in out
