@@ -19,7 +19,9 @@ import yaml
 
 from arrepro.config.checks import load_grid
 from arrepro.report import claims as C
-from arrepro.report.paper import Results, is_replication
+from arrepro.config.cards import cards
+from arrepro.config.grid import is_replication
+from arrepro.report.results import Results
 from arrepro.search.protocol import window
 from arrepro.search.rounds import window_dict
 from arrepro.search.thresholds import GOOD
@@ -61,7 +63,7 @@ def stand_in(grid, exp: str) -> Recording:
                          "parameters": 1000, "candidates": "0.001", "n_seeds": 3,
                          **{f"window_{k}": v for k, v in w.items()}})
     r = Recording(exp, e, pd.DataFrame(rows), pd.DataFrame(columns=["cell_dir", grid.metric(exp)]), [],
-                  grid.scale["tasks"])
+                  grid.scale["tasks"], cards=cards(grid.models))
     r.read = set()
     return r
 
