@@ -36,6 +36,7 @@ import pytest
 
 from arrepro.cluster import budget, packs
 from arrepro.config import costs
+from arrepro.config.cards import card_of
 from arrepro.config.grid import Grid
 from arrepro.search.rounds import Searches, search_cells, start_round
 
@@ -176,7 +177,9 @@ def test_the_paper_grid_becomes_fewer_slurm_jobs(config):
     parts = re.split(r"^\[.*\] Group job (\S+) \(jobs in lexicogr\. order\):$", p.stdout, flags=re.M)
     tiers, in_groups = parts[1::2], []
     for tier, body in zip(parts[1::2], parts[2::2]):
-        specs = [json.loads(m) for m in re.findall(r"--cell-json '([^']+)'", body)]
+        # (a job's spec is the cell's identity: the cost model's factor comes from the model's card)
+        specs = [{**s, "cost_factor": card_of(config["models"], s["model"]).cost}
+                 for s in map(json.loads, re.findall(r"--cell-json '([^']+)'", body))]
         assert specs and {costs.group(s) for s in specs} == {tier}, tier  # one size class per Slurm job
         in_groups += [(s["task"], s["model"], s["width"], s["layers"], s["lr"], s["seed"]) for s in specs]
     print(f"\n{exp}: {plan['cells']} cells -> {plan['train_jobs']} Slurm jobs planned; Snakemake forms {len(tiers)}, "
