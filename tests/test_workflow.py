@@ -290,9 +290,11 @@ def test_an_unreadable_result_is_named_in_the_error_and_the_log(wd):
 def interrupt(wd: Path, grid, cell) -> None:
     """Leave ``cell`` as a training job stopped after its first step leaves it: a checkpoint of
     that step (its fingerprint: this cell, data and code), beside its old result."""
+    from arrepro.config.grid import identity
     from arrepro.train.loop import train_cell
 
-    spec = grid.cell_spec(cell.task, cell.model, cell.width, cell.layers, cell.recipe, cell.lr, cell.seed)
+    # what the train rule passes on (the cell's identity, as its checkpoint's fingerprint reads it)
+    spec = identity(grid.cell_spec(cell.task, cell.model, cell.width, cell.layers, cell.recipe, cell.lr, cell.seed))
     (wd / cell.path / "checkpoint.pt").unlink(missing_ok=True)
     with pytest.raises(SystemExit):
         train_cell(spec, wd / "results/data" / cell.task, wd / cell.path, threads=1, log=lambda s: None,
