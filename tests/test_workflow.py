@@ -442,3 +442,22 @@ def test_the_fixed_grid_protocol_plans_every_learning_rate_on_every_seed(tmp_pat
     p = smk(wd, "-n", *TARGETS, "--config", "scale=tiny", "lr_protocol=grid")
     assert "lr_protocol: grid" in p.stderr and "0 refine" in p.stderr
     assert planned(wd, config=["lr_protocol=grid"])["train"] == FIXED_CELLS + 2
+
+
+def test_the_protocol_check_trains_only_the_literal_grids_missing_cells_and_tabulates_each_search_once(wd):
+    """make protocol-check on the tiny scale: fig1's search against the finer literal grid of the
+    scale's protocol_check (config.yaml), one row, the cells the search already trained shared."""
+    import csv
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())["scales"]["tiny"]["protocol_check"]
+    lrs = [float(x) for x in cfg["lrs"]]
+    p = smk(wd, "--cores", "2", "results/tiny/tables/protocol_check.csv", "--config", "scale=tiny")
+    trained = set(re.findall(r"output: (results/cells/[^\s,]+)/result\.json", p.stdout + p.stderr))
+    rows = list(csv.DictReader(open(wd / "results/tiny/tables/protocol_check.csv")))
+    assert len(rows) == 1 and rows[0]["model"] == "attention"
+    r = rows[0]
+    assert [float(x) for x in r["grid_lrs"].split(";")] == lrs and int(r["grid_cells"]) == len(lrs)
+    shared = int(r["shared_cells"])
+    assert shared >= 1 and len(trained) == len(lrs) - shared, "a cell the search had trained was trained again"
+    assert abs(float(r["difference"]) - (float(r["search"]) - float(r["grid"]))) < 1e-9
+    md = (wd / "results/tiny/tables/protocol_check.md").read_text()
+    assert "1 search;" in md and f"the literal grid {len(lrs)}" in md
