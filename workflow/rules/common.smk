@@ -73,6 +73,14 @@ def missing_cell_files():
     return SEARCHES.missing_cell_files([e for e in EXPERIMENTS if all(os.path.exists(f) for f in GRID.tables(e))])
 
 
+def missing_final_plans():
+    """The last round's plan of each group of searches that does not exist now: a target of `all`
+    (Snakemake rebuilds a missing file that only finished jobs read, such as a finished search's
+    last plan, only when it is a target; the plans before it are the next round's inputs and
+    preflight forces the rounds after a missing one: arrepro.search.plans.stale_plans)."""
+    return [p for p in (Plan.path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.groups) if not os.path.exists(p)]
+
+
 def cell_results(cells):
     return [f"{c.path}/{RESULT}" for c in cells]
 

@@ -31,7 +31,9 @@ rule paper_numbers:
 # where no tectonic is on PATH; with --sdm conda, envs/paper.yaml's tectonic (its first run fetches
 # the TeX packages it needs). main.tex names its inputs results/EXP.pdf, results/paper/numbers.tex
 # and paper/refs: it is built inside results/{scale}/paper/build, where `results` links to this
-# scale's outputs (results/{scale}) and `paper` to the repository's paper/.
+# scale's outputs (results/{scale}: ../.., which the build folder is in wherever `results` really
+# is) and `paper` to the repository's paper/ by its absolute path (a relative one would resolve
+# from where the build folder really is: inside the target of a `results` link to another disk).
 rule paper:
     output:
         f"{OUT}/paper.pdf",
@@ -53,7 +55,7 @@ rule paper:
         """
         log=$(pwd)/{log:q}
         rm -rf {params.build:q} && mkdir -p {params.build:q}
-        ln -s ../.. {params.build:q}/results && ln -s ../../../../paper {params.build:q}/paper
+        ln -s ../.. {params.build:q}/results && ln -s "$(pwd -P)/paper" {params.build:q}/paper
         cd {params.build:q}
         if command -v tectonic >/dev/null 2>&1; then
             tectonic -X compile --keep-logs --outdir . -Z search-path=. paper/main.tex > "$log" 2>&1

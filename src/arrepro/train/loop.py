@@ -3,8 +3,10 @@
 Recipe (paper A.2): AdamW, weight decay, linear warmup over ``warmup_frac`` of the steps, then
 the decay named by ``schedule`` (cosine to zero, linear to zero, or constant), stepped every
 optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Precision from the
-cell spec: ``fp32`` (the default, Zoology's: no autocast anywhere) or ``bf16`` (autocast on CUDA;
-refused on the CPU). Logits only at labelled positions.
+cell spec (``PRECISIONS``, set in ``autocast_for``): ``fp32`` (the default, Zoology's: no autocast,
+full fp32 matmuls), ``tf32`` (the paper scale's: fp32 weights and activations, TF32 tensor-core
+matmuls on CUDA; the same as fp32 on the CPU) or ``bf16`` (autocast on CUDA; refused on the CPU).
+Logits only at labelled positions.
 
 Robust on a cluster: a checkpoint (model, optimiser, RNG, metrics so far) is written atomically
 after every epoch and on SIGTERM or SIGINT (Ctrl-C); a restarted run resumes from it and ends with

@@ -4,7 +4,7 @@ A CPU cell used to pay for its own start: Python, torch's import, numba loading 
 kernels and each kernel's self-check, 3-4 CPU-seconds of a demo cell's 15-30. The train rule's
 jobs (``train_cell.py --server``) instead ask a server that has done all that once: it forks a
 child per cell, and the child trains the cell exactly as ``train_cell.py`` would in its own
-process (``trainjob.train_here``: the same code, from the same state: nothing trains in the
+process (``arrepro.train.job.train_here``: the same code, from the same state: nothing trains in the
 server, so every child starts from the state it had after its start-up; every seed is set by
 the cell). Each job is still one cell: Snakemake's outputs, rerun decisions, logs and
 checkpoints per cell are what they were.
