@@ -1,5 +1,6 @@
 # Shared by every stage: the grid of the selected scale and small helpers (no rules here).
 import functools
+import hashlib
 import json
 import os
 import sys
@@ -51,6 +52,14 @@ def code(*paths):
     digest = source_digest(paths, ROOT)
     record_planned(paths, digest, ROOT)
     return digest
+
+
+def command_param(command):
+    """A shell rule's command as its param ``command`` (its sha256, which Snakemake records): the
+    workflow's profile leaves Snakemake's own code trigger off (the code digests are the only code
+    trigger: profiles/default/config.yaml), so an edit of a command reruns the rule's jobs by
+    this param. (A param's text would be formatted with the wildcards: hence the digest.)"""
+    return hashlib.sha256(command.encode()).hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=None)

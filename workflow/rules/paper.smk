@@ -34,6 +34,27 @@ rule paper_numbers:
 # scale's outputs (results/{scale}: ../.., which the build folder is in wherever `results` really
 # is) and `paper` to the repository's paper/ by its absolute path (a relative one would resolve
 # from where the build folder really is: inside the target of a `results` link to another disk).
+PAPER_COMMAND = """
+    log=$(pwd)/{log:q}
+    rm -rf {params.build:q} && mkdir -p {params.build:q}
+    ln -s ../.. {params.build:q}/results && ln -s "$(pwd -P)/paper" {params.build:q}/paper
+    cd {params.build:q}
+    if command -v tectonic >/dev/null 2>&1; then
+        tectonic -X compile --keep-logs --outdir . -Z search-path=. paper/main.tex > "$log" 2>&1
+    elif command -v pdflatex >/dev/null 2>&1; then
+        (pdflatex {params.latex} paper/main.tex && bibtex main \
+         && pdflatex {params.latex} paper/main.tex && pdflatex {params.latex} paper/main.tex) > "$log" 2>&1 \
+         || (tail -n 40 "$log" >&2; exit 1)
+    else
+        echo "no TeX engine: install Debian's texlive-latex-base texlive-latex-recommended" \
+             "texlive-fonts-recommended, or run with --sdm conda" | tee "$log" >&2
+        exit 1
+    fi
+    cd - > /dev/null
+    cp {params.build:q}/main.pdf {output:q}
+    """
+
+
 rule paper:
     output:
         f"{OUT}/paper.pdf",
@@ -47,27 +68,10 @@ rule paper:
     params:
         build=f"{OUT}/paper/build",
         latex="-interaction=nonstopmode -halt-on-error -file-line-error",
+        command=command_param(PAPER_COMMAND),
     log:
         f"{OUT}/logs/paper.log",
     conda:
         "../../envs/paper.yaml"
     shell:
-        """
-        log=$(pwd)/{log:q}
-        rm -rf {params.build:q} && mkdir -p {params.build:q}
-        ln -s ../.. {params.build:q}/results && ln -s "$(pwd -P)/paper" {params.build:q}/paper
-        cd {params.build:q}
-        if command -v tectonic >/dev/null 2>&1; then
-            tectonic -X compile --keep-logs --outdir . -Z search-path=. paper/main.tex > "$log" 2>&1
-        elif command -v pdflatex >/dev/null 2>&1; then
-            (pdflatex {params.latex} paper/main.tex && bibtex main \
-             && pdflatex {params.latex} paper/main.tex && pdflatex {params.latex} paper/main.tex) > "$log" 2>&1 \
-             || (tail -n 40 "$log" >&2; exit 1)
-        else
-            echo "no TeX engine: install Debian's texlive-latex-base texlive-latex-recommended" \
-                 "texlive-fonts-recommended, or run with --sdm conda" | tee "$log" >&2
-            exit 1
-        fi
-        cd - > /dev/null
-        cp {params.build:q}/main.pdf {output:q}
-        """
+        PAPER_COMMAND
