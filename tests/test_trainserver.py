@@ -133,6 +133,24 @@ def test_a_warm_up_step_that_raises_stops_the_server_naming_it():
     assert re.search(r"warm-up of \w+, an evaluation: RuntimeError: an evaluation that fails", p.stderr), p.stderr[-3000:]
 
 
+def test_after_a_failed_warm_up_the_jobs_of_that_code_start_no_other_server():
+    """The server whose warm-up failed leaves a note beside its log; the next jobs of the same code
+    (the same key) read it and train in their own processes at once, saying why, instead of each
+    paying for another start."""
+    from arrepro.train.client import _side_file, _start
+
+    key = f"test-failed-warm-up-{os.getpid()}"
+    note = _side_file(key, "failed")
+    note.write_text("warm-up of mamba, an evaluation: RuntimeError: broken\n")
+    try:
+        said = []
+        assert _start(key, said.append) is None
+        assert len(said) == 1 and "no training server: its warm-up failed with this code (warm-up of mamba" in said[0]
+    finally:
+        for ext in ("failed", "lock"):
+            _side_file(key, ext).unlink(missing_ok=True)
+
+
 def served(env: dict, cell: dict, data, out: Path) -> tuple[str, dict]:
     """The train rule's command on ``cell`` through the server, in environment ``env``: its output
     and the cell's numerics record."""

@@ -101,6 +101,11 @@ def _start(key: str, log) -> socket.socket | None:
         sock = _connect(key)
         if sock is not None:
             return sock
+        failed = _side_file(key, "failed")
+        if failed.exists():  # this code's server failed its warm-up: no job pays for another try
+            log(f"no training server: its warm-up failed with this code ({failed.read_text().strip()}; see "
+                f"{_side_file(key, 'log')}): training in this process")
+            return None
         with open(_side_file(key, "log"), "a") as out:
             proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, key], stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)

@@ -40,7 +40,7 @@ import time
 from arrepro.config.paths import REPO_ROOT
 
 
-from arrepro.train.client import FORWARDED, IDLE_ENV, IDLE_SECONDS, _address, _recv_request, _send
+from arrepro.train.client import FORWARDED, IDLE_ENV, IDLE_SECONDS, _address, _recv_request, _send, _side_file
 
 
 # ------------------------------------------------------------------------------------- the server
@@ -51,8 +51,9 @@ def _warm_up() -> None:
     the kernels' compiled variants for the layouts training hands them); digest the sources a
     checkpoint's fingerprint reads. Nothing here touches a child's numbers: each cell seeds what it
     draws. A step that fails is an error of the server (its log names the mixer and the step; the
-    server exits before it listens, and its jobs train in their own processes, saying why): a
-    warm-up that skips a step quietly would hide code that no longer runs."""
+    server exits before it listens, and the jobs of this code train in their own processes, saying
+    why, without starting another): a warm-up that skips a step quietly would hide code that no
+    longer runs."""
     from arrepro.train import numerics
 
     numerics.pin_environment()
@@ -204,4 +205,8 @@ def _accept(conn: socket.socket, listener: socket.socket, others: list) -> int |
 
 
 if __name__ == "__main__":  # pragma: no cover - started by run_via_server
-    serve(sys.argv[1])
+    try:
+        serve(sys.argv[1])
+    except WarmUpFailed as failed:  # said to the next jobs of this code, which then start no server
+        _side_file(sys.argv[1], "failed").write_text(f"{failed}\n")
+        raise
