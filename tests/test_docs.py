@@ -4,7 +4,8 @@ docs behind. What counts as a name of code (each checked without importing anyth
 
 * a path of the repository (``src/arrepro/train/server.py``, ``workflow/rules/``, a glob), or of
   the package (``train/server.py``, ``config/paths.py``), or a file's name alone (``rounds.py``,
-  ``paper.smk``): the file exists;
+  ``paper.smk``): the file exists (a path whose first folder is none of this tree's, such as
+  another package's file or a folder a command makes, is not a name of this tree);
 * ``tests/FILE.py::test_name`` (``...`` ending an abbreviated name): the test is in that file;
 * ``arrepro.a.b`` and ``arrepro.a.b.name``: the module, and the name defined at its top level;
 * ``module.name`` where ``module`` is the name of one of the package's modules (``grid.check_path``):
@@ -170,7 +171,11 @@ def problem(token: str, test_file: str | None = None, strict: bool = True) -> st
         rel = token.rstrip("/")
         if not strict and not rel.startswith(("src/", "scripts/", "workflow/", "tests/", "bench/", "docs/")):
             return None
-        for base in PATH_ROOTS:
+        first = rel.split("/")[0]
+        roots = [base for base in PATH_ROOTS if (base / first).exists()]
+        if rel.startswith("/") or not roots:
+            return None  # an absolute path, another package's file, a folder a command makes: not this tree's
+        for base in roots:
             if (base / rel).exists() or ("*" in rel and list(base.glob(rel))):
                 return None
         return f"no file or folder {token}"
