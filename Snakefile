@@ -68,7 +68,8 @@ include: "workflow/rules/current.smk"
 # Snakemake reruns a job whose output is missing only when a job that needs it must run anyway:
 # a deleted result.json, or tables deleted by a failed aggregate job, would leave `all` "up to
 # date" beside stale figures. So `all` names every experiment's outputs and tables, the paper's
-# inputs, and the cell files that are missing now (naming all 20,000 would slow the planning).
+# inputs, and the cell files and searches' last plans that are missing now (naming all 20,000 cell
+# files would slow the planning).
 rule all:
     input:
         [f for e in EXPERIMENTS for f in GRID.outputs(e)],
@@ -79,6 +80,7 @@ rule all:
         f"{OUT}/paper.pdf",
         [s.report_path(OUT) for s in SEARCHES.searches.values()],  # one file per learning-rate search
         missing_cell_files(),
+        missing_final_plans(),  # a deleted last plan is rebuilt (the aggregate jobs read it)
         PACKS.targets,  # cells per GPU > 1 only: the packs of small cells that share a GPU
     default_target: True
 

@@ -69,6 +69,19 @@ def test_a_name_defined_differently_in_two_files_keeps_its_file(tmp_path):
     assert digest(tmp_path, a=A, b=other, c=B) != base
 
 
+def test_a_move_beside_a_name_defined_twice_changes_nothing(tmp_path):
+    """Issue 32, round 6, 8: two files each defining their own ``helper`` were known by their whole
+    text, so moving any other definition between them (``report/paper.py``'s ``grid_meta`` to
+    ``report/fidelity.py``, both with such names) changed the digest. They are known by their
+    definitions of the twice-defined names: an unrelated move changes nothing; moving one of the
+    ``helper``s still does."""
+    other = "def helper(x):\n    return x - 1\n"
+    unrelated = "\n\ndef scale(x):\n    return 3 * x\n"
+    base = digest(tmp_path, a=A, b=B + unrelated, c=other)
+    assert digest(tmp_path, a=A, b=B, c=other + unrelated) == base
+    assert digest(tmp_path, a=A, b=other + unrelated, c=B) != base
+
+
 def test_a_module_moved_into_a_package_keeps_its_digest(tmp_path):
     """Issue 25: a module moved into a package and renamed, its imports rewritten (at the top and
     inside a function, relative to absolute), is the same code; a name defined in two files still

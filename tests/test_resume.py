@@ -277,6 +277,54 @@ def test_a_finished_cell_whose_outputs_were_deleted_comes_back_unchanged(data, r
     assert time.perf_counter() - t < 30
 
 
+def test_a_temporary_file_left_by_a_killed_writer_does_not_outlive_the_next_attempt(data, reference, tmp_path):
+    """Issue 32, round 6, 5: a `kill -9` between result.json's write and its rename (here: the
+    trainer kills itself there) left `.result.json.NNN.tmp` in the cell's folder for good. The
+    next attempt (under the cell's lock) removes it, says so, and ends as the uninterrupted cell;
+    and a writer of any file removes what a dead writer of the same file left."""
+    import shutil
+    import socket
+
+    shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
+    before = {f: (tmp_path / f).read_bytes() for f in ("result.json", "metrics.jsonl")}
+    for f in before:
+        (tmp_path / f).unlink()
+    killed = ("import os, sys, json\n"
+              "real = os.replace\n"
+              "def replace(src, dst):\n"
+              "    if str(dst).endswith('result.json'):\n"
+              "        os.kill(os.getpid(), 9)\n"
+              "    return real(src, dst)\n"
+              "os.replace = replace\n"
+              "from arrepro.train.loop import train_cell\n"
+              f"train_cell(json.loads(sys.argv[1]), {str(data)!r}, {str(tmp_path)!r}, threads=1, log=lambda s: None)\n")
+    p = subprocess.run([sys.executable, "-c", killed, json.dumps(spec())], capture_output=True, text=True, timeout=300)
+    assert p.returncode == -signal.SIGKILL, p.stdout + p.stderr
+    left = [f.name for f in tmp_path.glob(".*.tmp")]
+    assert any(name.startswith(".result.json.") for name in left), sorted(f.name for f in tmp_path.iterdir())
+    logs = []
+    train_cell(spec(), data, tmp_path, threads=1, log=logs.append)
+    assert list(tmp_path.glob(".*.tmp")) == [], sorted(f.name for f in tmp_path.iterdir())
+    assert any(f"removed {left[0]}" in line for line in logs), logs
+    assert {f: (tmp_path / f).read_bytes() for f in before} == before
+    # any file: what a dead writer (its process gone) left goes when the file is next written; a
+    # living writer's stays (the names: this version's .NAME.HOST.PID.tmp and the earlier .NAME.PID.tmp)
+    from arrepro.files import write_json_atomic
+
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    table = tmp_path / "elsewhere" / "table.json"
+    table.parent.mkdir()
+    host, alive = socket.gethostname(), os.getppid()
+    for name in (f".table.json.{host}.{gone}.tmp", f".table.json.{gone}.tmp", f".table.json.{host}.{alive}.tmp",
+                 f".table.json.{alive}.tmp", f".table.json.another-host.{gone}.tmp"):
+        (table.parent / name).write_text("{")
+    write_json_atomic(table, {"a": 1})
+    assert sorted(f.name for f in table.parent.iterdir()) == sorted(
+        [f".table.json.{host}.{alive}.tmp", f".table.json.{alive}.tmp", f".table.json.another-host.{gone}.tmp",
+         "table.json"])
+
+
 # -- issue 23: a finished cell frees its disk; a forced cell starts over once per run ----------------
 def test_a_finished_cell_keeps_no_model_nor_optimiser_state(reference):
     """Its checkpoint is replaced, when result.json is sealed, by the record that rebuilds its

@@ -70,14 +70,30 @@ def rule_blocks():
         text = f.read_text()
         starts = [(m.start(), m[1]) for m in re.finditer(r"^(?:rule|checkpoint) (\w+):", text, re.M)]
         for (start, name), (end, _) in zip(starts, starts[1:] + [(len(text), None)]):
-            yield f, name, text[start:end]
+            after = re.search(r"^\S", text[start:end].split("\n", 1)[1], re.M)  # the rule's indented lines
+            yield f, name, text[start:end] if after is None else text[start:start + text[start:end].index("\n") + 1 + after.start()]
+
+
+def shell_command(f: Path, block: str) -> str | None:
+    """The text of a rule's ``shell:`` command: written in the rule, or a constant of its rules
+    file (``shell: TRAIN_COMMAND``, defined before the rule as ``TRAIN_COMMAND = ...``)."""
+    m = re.search(r"^    shell:\s*\n\s*(\w+)\s*$", block, re.M)
+    if m is None:
+        m = re.search(r"^    shell:\s*\n(.*)", block, re.M | re.S)
+        return m and m[1]
+    text = f.read_text()
+    start = re.search(rf"^{m[1]} = ", text, re.M)
+    assert start, f"{f.name}: shell: {m[1]}, a name the file does not define"
+    end = re.search(r"^(?:rule|checkpoint) ", text[start.end():], re.M)
+    return text[start.end():start.end() + (end.start() if end else len(text))]
 
 
 def rule_scripts() -> dict[str, str]:
     """Rule -> the Python script it runs (a ``script:`` directive or a ``python scripts/...``
     shell command), read from workflow/rules/*.smk."""
     out = {}
-    for _, name, block in rule_blocks():
+    for f, name, block in rule_blocks():
+        block += shell_command(f, block) or ""
         runs = re.search(r'script:\s*"\.\./\.\./(scripts/\w+\.py)"|python (scripts/\w+\.py)', block)
         if runs:
             out[name] = runs[1] or runs[2]
@@ -99,6 +115,33 @@ def test_every_rule_that_runs_a_script_records_its_scripts_digest():
                 f"{f.name}: rule {name} runs {scripts[name]} without its code digest, script_code({scripts[name]!r})"
         else:
             assert named[1] == scripts[name], f"{f.name}: rule {name} runs {scripts[name]}, records the digest of {named[1]}"
+
+
+def test_every_shell_rule_records_its_command():
+    """Snakemake's own code trigger is off (profiles/default/config.yaml: the recorded code digests
+    are the only code trigger), so a shell rule's command is a constant of its rules file that the
+    rule records as its param ``command`` (``command_param``): an edit of it reruns the rule's jobs."""
+    shells = 0
+    for f, name, block in rule_blocks():
+        m = re.search(r"^    shell:\s*\n\s*(\S.*)$", block, re.M)
+        if m is None:
+            continue
+        shells += 1
+        const = m[1].strip()
+        assert re.fullmatch(r"[A-Z][A-Z0-9_]*", const), (
+            f"{f.name}: rule {name} writes its shell command in the rule; make it a constant its params record "
+            "(command=command_param(NAME))")
+        assert f"command=command_param({const})" in block, f"{f.name}: rule {name} does not record {const} as a param"
+    assert shells >= 4  # data, train, gpu_pack, paper
+
+
+def test_the_workflow_profile_leaves_snakemakes_code_trigger_off():
+    """A move of code between modules edits the scripts' import lines: Snakemake's code trigger
+    (a `script:` rule reruns when its script's file is newer than its outputs) would rerun them."""
+    import yaml
+
+    triggers = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())["rerun-triggers"]
+    assert set(triggers) == {"mtime", "params", "input", "software-env"}, triggers
 
 
 def test_the_derived_sources_are_what_the_scripts_import():

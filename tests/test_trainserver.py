@@ -3,6 +3,7 @@ has the numbers of the same cell trained in its own process, alone or beside ano
 signal to the job reaches the cell (checkpoint, exit 3), and a job killed outright stops its cell."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,3 +105,113 @@ def test_a_signal_to_the_job_reaches_its_cell_and_a_killed_job_stops_it(data, tm
                 time.sleep(0.2)
             assert "(SIGTERM): checkpoint written" in (out / "train.log").read_text()
         assert (out / "checkpoint.pt").exists() and not (out / "result.json").exists()
+
+
+def warm_up(patch: str = "") -> subprocess.CompletedProcess:
+    """The server's warm-up in a process of its own (it pins this process's numerics), after
+    ``patch`` (Python run first)."""
+    code = f"{patch}\nfrom arrepro.train.server import _warm_up\n_warm_up()\nprint('warmed up')\n"
+    return subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=900)
+
+
+def test_the_warm_up_runs_every_step_it_names():
+    """Issue 32, round 6, 6: every server's log said `warm-up of <mixer>: NameError: name 'train' is
+    not defined` (the evaluation step of the warm-up had never run); each step now runs, for every
+    mixer, and nothing is reported."""
+    p = warm_up()
+    assert p.returncode == 0 and "warmed up" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "warm-up of" not in p.stdout + p.stderr, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_a_warm_up_step_that_raises_stops_the_server_naming_it():
+    """A warm-up step that raises is not swallowed: the server does not start, its log naming the
+    mixer and the step (its jobs then train in their own processes and say why)."""
+    p = warm_up("import arrepro.train.loop as loop\n"
+                "def broken(*a, **k):\n    raise RuntimeError('an evaluation that fails')\n"
+                "loop.evaluate = broken")
+    assert p.returncode != 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert re.search(r"warm-up of \w+, an evaluation: RuntimeError: an evaluation that fails", p.stderr), p.stderr[-3000:]
+
+
+def test_after_a_failed_warm_up_the_jobs_of_that_code_start_no_other_server():
+    """The server whose warm-up failed leaves a note beside its log; the next jobs of the same code
+    (the same key) read it and train in their own processes at once, saying why, instead of each
+    paying for another start."""
+    from arrepro.train.client import _side_file, _start
+
+    key = f"test-failed-warm-up-{os.getpid()}"
+    note = _side_file(key, "failed")
+    note.write_text("warm-up of mamba, an evaluation: RuntimeError: broken\n")
+    try:
+        said = []
+        assert _start(key, said.append) is None
+        assert len(said) == 1 and "no training server: its warm-up failed with this code (warm-up of mamba" in said[0]
+    finally:
+        for ext in ("failed", "lock"):
+            _side_file(key, ext).unlink(missing_ok=True)
+
+
+def served(env: dict, cell: dict, data, out: Path) -> tuple[str, dict]:
+    """The train rule's command on ``cell`` through the server, in environment ``env``: its output
+    and the cell's numerics record."""
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", json.dumps(cell), "--data", str(data),
+           "--out", str(out), "--threads", "1", "--train-log", str(out / "train.log"), "--server"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout, json.loads((out / "result.json").read_text())["numerics"]
+
+
+def test_a_pinned_numerics_override_is_recorded_per_job_not_per_server(data, tmp_path):
+    """Issue 32, round 6, 1: the caller's environment was captured once, by the server, from the
+    job that started it: a later job's override was recorded as nothing, and the first job's
+    override in every later job's cell. Each job's own is recorded now (and said in its
+    train.log): three jobs through one server, started by the first."""
+    env = {**ENV, "ARREPRO_TRAIN_SERVER_IDLE": "13"}  # a server of this test's own (another key)
+    asked = [{"MKL_CBWR": "AVX2"}, {}, {"OMP_NUM_THREADS": "4"}]
+    logs = []
+    for i, override in enumerate(asked):
+        job_env = {k: v for k, v in env.items() if k not in ("MKL_CBWR", "OMP_NUM_THREADS")}
+        out, record = served({**job_env, **override}, spec(ATTENTION, i, epochs=1), data, tmp_path / str(i))
+        logs.append(out)
+        assert record["overridden"] == override, (override, record)
+        assert record["pinned"] is True, record
+        said = re.findall(r"the caller's (\w+=\S+) was replaced by the pin", (tmp_path / str(i) / "train.log").read_text())
+        assert said == [f"{k}={v}" for k, v in override.items()]
+    assert "started a training server" in logs[0] and not any("started a training server" in x for x in logs[1:]), logs
+
+
+def child_of_the_server(job: subprocess.Popen) -> int | None:
+    """The pid of the server's child that trains ``job``'s cell: the process, other than the job,
+    whose standard output is the job's (the server hands the child the job's descriptors)."""
+    mine = os.readlink(f"/proc/{job.pid}/fd/1")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != job.pid:
+            try:
+                if os.readlink(proc / "fd" / "1") == mine:
+                    return int(proc.name)
+            except OSError:
+                continue
+    return None
+
+
+def test_a_killed_child_is_named_in_the_jobs_log_with_its_signal(data, tmp_path):
+    """Issue 32, round 6, 4: a `kill -9` of the cell's process (the server's child) ended the job
+    with status 247 and the normal "used N CPU-seconds" line only. The job now says, in its log and
+    on standard error, that the cell's process was killed and by which signal, and exits 128 + 9."""
+    out = tmp_path / "killed"
+    p = job(spec(MAMBA, 0, epochs=400), data, out, server=True)
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if "epoch 2/400" in line:
+            break
+    child = child_of_the_server(p)
+    assert child is not None, "".join(seen)
+    os.kill(child, signal.SIGKILL)
+    rest, _ = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGKILL, "".join(seen) + rest
+    assert re.search(rf"error: the cell's process \(pid {child}, a child of the training server\) was killed by "
+                     r"signal 9 \(SIGKILL\)", rest), rest
+    assert "killed by signal 9 (SIGKILL)" in (out / "train.log").read_text()
+    assert not (out / "result.json").exists()

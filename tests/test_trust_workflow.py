@@ -500,3 +500,59 @@ def test_a_read_only_cell_or_table_folder_stops_the_run_in_one_line(wd, tex_path
     assert p.returncode != 0 and "stopping before any job" in out, out[-3000:]
     assert f"{cell.relative_to(wd)}: cannot write in this folder" in out and "results/tiny/tables: cannot write" in out
     assert "PermissionError" not in out and "Error in rule" not in out
+
+
+# ------------------------------------------------------------------------- issue 32: trust, round 6
+def test_a_deleted_last_plan_of_a_finished_search_is_rebuilt(wd, tex_path):
+    """Round 6, 7: fig1's last round plan deleted from a finished run: the next `snakemake all`
+    said "Nothing to be done" (a missing file that only finished jobs read is not rebuilt by
+    Snakemake). It is rebuilt now, from the cells, training nothing, and the run ends as a clean
+    one."""
+    clean = outputs(wd)
+    last = wd / FIG1_ROUNDS / f"round{FIG1_LAST}.json"
+    last.unlink()
+    p = run_all(wd, tex_path)
+    out = p.stdout + p.stderr
+    assert last.exists(), out[-3000:]
+    assert f"group cells_10min-fig1, round {FIG1_LAST}: decides" in out and "rule train:" not in out, out[-3000:]
+    assert not same_as(wd, clean)
+
+
+def test_an_empty_experiments_mapping_is_one_line_and_deletes_nothing(wd, tex_path):
+    """Round 6, 3: `experiments: {}` passed the schema; two jobs then died with pandas' "No objects
+    to concatenate", and tables/cells.csv was deleted with its .sha256 left beside it. Now one
+    line naming the key, before any job; every table stays as it was."""
+    tables = {f: f.read_bytes() for f in (wd / "results/tiny/tables").iterdir()}
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())
+    cfg["scales"]["tiny"]["experiments"] = {}
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    p = run_all(wd, tex_path, check=False)
+    out = p.stdout + p.stderr
+    error = [line for line in out.splitlines() if line.startswith("config.yaml")]
+    assert p.returncode != 0 and len(error) == 1 and "scales.tiny.experiments" in error[0], out[-3000:]
+    assert "Job stats" not in out and "No objects to concatenate" not in out, out[-3000:]
+    assert {f: f.read_bytes() for f in (wd / "results/tiny/tables").iterdir()} == tables
+
+
+# a stand-in for TeX that reads what pdflatex reads first (paper/main.tex, through the build folder's links)
+TEX_READS = ("#!/bin/sh\n# a stand-in for tectonic that opens the manuscript as TeX would\n"
+             "cat paper/main.tex paper/refs.bib > /dev/null || exit 1\ncat results/paper/numbers.tex > main.pdf\n")
+
+
+def test_results_as_a_link_to_another_folder_builds_the_paper(wd, tmp_path):
+    """Round 6, 2: `results` a link to a folder elsewhere (another disk): every cell trained, then
+    the paper job failed ("I can't find file `paper/main.tex'": the build folder's relative link
+    to paper/ resolved inside the link's target). The paper is built now."""
+    elsewhere = tmp_path / "another-disk"
+    elsewhere.mkdir()
+    shutil.move(wd / "results", elsewhere / "results")
+    (wd / "results").symlink_to(elsewhere / "results")
+    (wd / "results/tiny/paper.pdf").unlink()
+    bin_dir = tmp_path / "texbin"
+    bin_dir.mkdir()
+    (bin_dir / "tectonic").write_text(TEX_READS)
+    (bin_dir / "tectonic").chmod(0o755)
+    p = run_all(wd, os.pathsep.join([str(bin_dir), str(BIN), os.environ["PATH"]]), check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:] + (wd / "results/tiny/logs/paper.log").read_text()[-2000:]
+    assert (elsewhere / "results/tiny/paper.pdf").read_bytes() == (wd / "results/tiny/paper/numbers.tex").read_bytes()

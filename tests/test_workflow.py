@@ -158,6 +158,53 @@ def test_a_refactor_plans_nothing_and_the_moved_code_still_counts(wd):
     assert planned(wd).get("train") == FIXED_CELLS + SEARCH_ROUND0
 
 
+def move_grid_meta(wd: Path) -> None:
+    """A refactor between two report modules: ``grid_meta`` moved from report/paper.py to
+    report/fidelity.py (paper.py imports it back, for the Snakefile), and the paper_numbers
+    script's import line pointed at its new home: the script's file is edited."""
+    paper, fidelity = wd / "src/arrepro/report/paper.py", wd / "src/arrepro/report/fidelity.py"
+    text = paper.read_text()
+    start = text.index("def grid_meta(")
+    end = text.find("\ndef ", start + 1)
+    end = len(text) if end < 0 else end + 1
+    moved = text[start:end].rstrip() + "\n"
+    anchor = "from arrepro.report import fidelity\n"
+    assert anchor in text
+    paper.write_text((text[:start] + text[end:]).rstrip().replace(
+        anchor, anchor + "from arrepro.report.fidelity import grid_meta  # noqa: F401 (the Snakefile's)\n", 1) + "\n")
+    fidelity.write_text(fidelity.read_text().rstrip() + "\n\n\n" + moved)
+    script = wd / "scripts/paper_numbers.py"
+    old = "from arrepro.report.paper import grid_meta, write_paper_inputs\n"
+    assert old in script.read_text()
+    script.write_text(script.read_text().replace(old, "from arrepro.report.fidelity import grid_meta\n"
+                                                      "from arrepro.report.paper import write_paper_inputs\n"))
+
+
+def test_a_move_of_code_between_report_modules_plans_nothing(wd):
+    """Issue 32, round 6, 8: a function moved between two report modules reran two figures,
+    paper_numbers and paper (Snakemake's own code trigger reran the rule whose script's import line
+    changed). The recorded code digests are now the only code trigger (profiles/default): the move
+    plans nothing; the moved function's code still counts."""
+    move_grid_meta(wd)
+    for module in ("arrepro.report.paper", "arrepro.report.fidelity"):  # (still imports)
+        subprocess.run([sys.executable, "-c", f"import {module}"], cwd=wd / "src", check=True)
+    assert planned(wd, targets=[*TARGETS, NUMBERS]) == {}
+    fidelity = wd / "src/arrepro/report/fidelity.py"
+    fidelity.write_text(fidelity.read_text().replace('"scale": grid.scale_name,', '"scale": str(grid.scale_name),'))
+    assert planned(wd, "--allowed-rules", "paper_numbers", targets=[*TARGETS, NUMBERS]) == {"paper_numbers": 1}
+
+
+def test_an_edit_of_a_shell_rules_command_reruns_its_jobs(wd):
+    """With Snakemake's code trigger off, a shell rule's command is its param (command_param):
+    an edited command reruns the rule's jobs, and a touched script alone reruns nothing."""
+    (wd / "scripts/plot_figure.py").touch()
+    assert planned(wd, targets=[*TARGETS, NUMBERS]) == {}
+    rules = wd / "workflow/rules/data.smk"
+    rules.write_text(rules.read_text().replace("> {log:q} 2>&1", "> {log:q} 2>&1 < /dev/null", 1))
+    jobs = planned(wd, targets=[*TARGETS, NUMBERS])
+    assert jobs.get("data") == 2 and jobs.get("train") == FIXED_CELLS + SEARCH_ROUND0, jobs  # (and what reads them)
+
+
 def test_editing_shared_model_code_reruns_every_cell(wd):
     with open(wd / "src/arrepro/models/ops.py", "a") as f:
         f.write(CODE_EDIT)
@@ -444,3 +491,22 @@ def test_the_fixed_grid_protocol_plans_every_learning_rate_on_every_seed(tmp_pat
     p = smk(wd, "-n", *TARGETS, "--config", "scale=tiny", "lr_protocol=grid")
     assert "lr_protocol: grid" in p.stderr and "0 refine" in p.stderr
     assert planned(wd, config=["lr_protocol=grid"])["train"] == FIXED_CELLS + 2
+
+
+def test_the_protocol_check_trains_only_the_literal_grids_missing_cells_and_tabulates_each_search_once(wd):
+    """make protocol-check on the tiny scale: fig1's search against the finer literal grid of the
+    scale's protocol_check (config.yaml), one row, the cells the search already trained shared."""
+    import csv
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())["scales"]["tiny"]["protocol_check"]
+    lrs = [float(x) for x in cfg["lrs"]]
+    p = smk(wd, "--cores", "2", "results/tiny/tables/protocol_check.csv", "--config", "scale=tiny")
+    trained = set(re.findall(r"output: (results/cells/[^\s,]+)/result\.json", p.stdout + p.stderr))
+    rows = list(csv.DictReader(open(wd / "results/tiny/tables/protocol_check.csv")))
+    assert len(rows) == 1 and rows[0]["model"] == "attention"
+    r = rows[0]
+    assert [float(x) for x in r["grid_lrs"].split(";")] == lrs and int(r["grid_cells"]) == len(lrs)
+    shared = int(r["shared_cells"])
+    assert shared >= 1 and len(trained) == len(lrs) - shared, "a cell the search had trained was trained again"
+    assert abs(float(r["difference"]) - (float(r["search"]) - float(r["grid"]))) < 1e-9
+    md = (wd / "results/tiny/tables/protocol_check.md").read_text()
+    assert "1 search;" in md and f"the literal grid {len(lrs)}" in md

@@ -165,20 +165,19 @@ def source_digest(paths, root: str | Path = ".") -> str:
     lives among them (see the module's docstring)."""
     root = Path(root)
     entries: dict[str, set[str]] = {}
-    by_file: list[tuple[str, str, str]] = []
-    ids: dict[Path, str] = {}
-    for p in paths:
-        found = _cached(root / p)
-        file_id = hashlib.sha1("\0".join(sorted(f"{k}\0{x}" for k, x in found)).encode()).hexdigest()
-        ids[(root / p).resolve()] = file_id
-        for key, text in found:
+    found = {(root / p).resolve(): _cached(root / p) for p in paths}
+    for statements_ in found.values():
+        for key, text in statements_:
             entries.setdefault(key, set()).add(text)
-            by_file.append((key, text, file_id))
-    # a name defined differently in two places: keep each with its file, the file known by what it
-    # defines, not by where it lives (a module that moves is the same file; a definition moved
-    # between the two is not), and which one each file imports (the import decides which runs)
+    # a name defined differently in two places: keep each with its file, the file known by its
+    # definitions of such names, not by where it lives nor by the rest of what it defines (a module
+    # that moves, or another definition moved in or out of it, leaves it the same file; a definition
+    # of such a name moved to another file is a change), and which one each file imports (the
+    # import decides which runs)
     twice = {key for key, texts in entries.items() if len(texts) > 1}
-    final = [f"{key}\0{text}\0" + (f"{file_id}\0" if key in twice else "") for key, text, file_id in by_file]
+    ids = {f: hashlib.sha1("\0".join(sorted(f"{k}\0{x}" for k, x in st if k in twice)).encode()).hexdigest()
+           for f, st in found.items()}
+    final = [f"{key}\0{text}\0" + (f"{ids[f]}\0" if key in twice else "") for f, st in found.items() for key, text in st]
     if twice:
         final += _imports_of(twice, [root / p for p in paths], ids)
     h = hashlib.sha1()

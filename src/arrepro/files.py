@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -184,7 +186,8 @@ def atomic_write(path, write) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise _cannot_write(path, e) or e
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # hidden, and one per writer
+    tmp = temporary_path(path)
+    remove_stale_temporaries(path)
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -197,6 +200,69 @@ def atomic_write(path, write) -> None:
         if refused:
             raise refused from e
         raise
+
+
+TEMPORARY = ".{name}.{host}.{pid}.tmp"  # atomic_write's temporary file beside NAME: hidden, one per writer
+
+
+def temporary_path(path) -> Path:
+    """Where this process writes ``path`` before its rename (``TEMPORARY``)."""
+    path = Path(path)
+    return path.with_name(TEMPORARY.format(name=path.name, host=socket.gethostname(), pid=os.getpid()))
+
+
+def _writer(tmp: Path, name: str) -> tuple[str | None, int] | None:
+    """(host, pid) of the writer of a temporary file of ``name`` (host None: a file of the
+    ``.NAME.PID.tmp`` form that writers before this one used), or None for another file."""
+    prefix = f".{name}."
+    if not (tmp.name.startswith(prefix) and tmp.name.endswith(".tmp")):
+        return None
+    host, _, pid = tmp.name[len(prefix):-len(".tmp")].rpartition(".")
+    return (host or None, int(pid)) if pid.isdigit() else None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's process: it runs)
+        return True
+    return True
+
+
+def remove_stale_temporaries(path) -> list[Path]:
+    """Remove the temporary files of ``path`` that a writer killed between its write and its rename
+    left behind (``kill -9``, a lost node): those of a process of this machine that no longer
+    runs. A temporary file of another machine's process is left (whether it still writes cannot
+    be seen from here); a cell's folder is swept of those too, under the cell's lock
+    (``remove_temporaries``). Returns what was removed."""
+    path = Path(path)
+    here, removed = socket.gethostname(), []
+    try:
+        candidates = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        writer = _writer(tmp, path.name)
+        if writer is None or writer[0] not in (None, here) or writer[1] == os.getpid() or _running(writer[1]):
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
+def remove_temporaries(folder) -> list[Path]:
+    """Remove every temporary file of ``atomic_write`` in ``folder``, whichever process and machine
+    wrote it: for a caller that knows no other writer of the folder runs (a cell's trainer under
+    the cell's lock). Returns what was removed."""
+    removed = []
+    for tmp in Path(folder).glob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
 
 
 def _cannot_write(path: Path, e: BaseException | None) -> CannotWrite | None:

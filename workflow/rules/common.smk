@@ -1,5 +1,6 @@
 # Shared by every stage: the grid of the selected scale and small helpers (no rules here).
 import functools
+import hashlib
 import json
 import os
 import sys
@@ -54,6 +55,14 @@ def code(*paths):
     return digest
 
 
+def command_param(command):
+    """A shell rule's command as its param ``command`` (its sha256, which Snakemake records): the
+    workflow's profile leaves Snakemake's own code trigger off (the code digests are the only code
+    trigger: profiles/default/config.yaml), so an edit of a command reruns the rule's jobs by
+    this param. (A param's text would be formatted with the wildcards: hence the digest.)"""
+    return hashlib.sha256(command.encode()).hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=None)
 def script_code(script, *extra):
     """The code digest of a rule's script and of every module of the package it imports
@@ -72,6 +81,14 @@ def missing_cell_files():
     """The result and metrics files that do not exist now of the cells of experiments whose tables
     do (arrepro.search.rounds.Searches.missing_cell_files)."""
     return SEARCHES.missing_cell_files([e for e in EXPERIMENTS if all(os.path.exists(f) for f in GRID.tables(e))])
+
+
+def missing_final_plans():
+    """The last round's plan of each group of searches that does not exist now: a target of `all`
+    (Snakemake rebuilds a missing file that only finished jobs read, such as a finished search's
+    last plan, only when it is a target; the plans before it are the next round's inputs and
+    preflight forces the rounds after a missing one: arrepro.search.plans.stale_plans)."""
+    return [p for p in (Plan.path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.groups) if not os.path.exists(p)]
 
 
 def cell_results(cells):

@@ -15,6 +15,9 @@ SHARED_GPU = {"gres": lambda wc: costs.gres(GRID.cell_spec(**wc), CELLS_PER_GPU)
 PACKS = packs.Packs(GRID, CELLS_PER_GPU, lambda: SEARCHES.round0_cells())  # SEARCHES: search.smk
 
 
+PACK_COMMAND = "printf '%s\\n' {input:q} > {log:q}"  # the cells that shared a GPU
+
+
 rule gpu_pack:
     output:
         touch(packs.PACK_PATTERN),
@@ -37,5 +40,7 @@ rule gpu_pack:
         gres=lambda wc: costs.gres(PACKS.spec(packs.PACK_PATTERN.format(**wc)), CELLS_PER_GPU),
     conda:
         "../../envs/train.yaml"  # it runs in its cells' Slurm job, where this env is
+    params:
+        command=command_param(PACK_COMMAND),
     shell:
-        "printf '%s\\n' {input:q} > {log:q}"  # the cells that shared a GPU
+        PACK_COMMAND

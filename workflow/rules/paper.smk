@@ -31,7 +31,30 @@ rule paper_numbers:
 # where no tectonic is on PATH; with --sdm conda, envs/paper.yaml's tectonic (its first run fetches
 # the TeX packages it needs). main.tex names its inputs results/EXP.pdf, results/paper/numbers.tex
 # and paper/refs: it is built inside results/{scale}/paper/build, where `results` links to this
-# scale's outputs (results/{scale}) and `paper` to the repository's paper/.
+# scale's outputs (results/{scale}: ../.., which the build folder is in wherever `results` really
+# is) and `paper` to the repository's paper/ by its absolute path (a relative one would resolve
+# from where the build folder really is: inside the target of a `results` link to another disk).
+PAPER_COMMAND = """
+    log=$(pwd)/{log:q}
+    rm -rf {params.build:q} && mkdir -p {params.build:q}
+    ln -s ../.. {params.build:q}/results && ln -s "$(pwd -P)/paper" {params.build:q}/paper
+    cd {params.build:q}
+    if command -v tectonic >/dev/null 2>&1; then
+        tectonic -X compile --keep-logs --outdir . -Z search-path=. paper/main.tex > "$log" 2>&1
+    elif command -v pdflatex >/dev/null 2>&1; then
+        (pdflatex {params.latex} paper/main.tex && bibtex main \
+         && pdflatex {params.latex} paper/main.tex && pdflatex {params.latex} paper/main.tex) > "$log" 2>&1 \
+         || (tail -n 40 "$log" >&2; exit 1)
+    else
+        echo "no TeX engine: install Debian's texlive-latex-base texlive-latex-recommended" \
+             "texlive-fonts-recommended, or run with --sdm conda" | tee "$log" >&2
+        exit 1
+    fi
+    cd - > /dev/null
+    cp {params.build:q}/main.pdf {output:q}
+    """
+
+
 rule paper:
     output:
         f"{OUT}/paper.pdf",
@@ -45,27 +68,10 @@ rule paper:
     params:
         build=f"{OUT}/paper/build",
         latex="-interaction=nonstopmode -halt-on-error -file-line-error",
+        command=command_param(PAPER_COMMAND),
     log:
         f"{OUT}/logs/paper.log",
     conda:
         "../../envs/paper.yaml"
     shell:
-        """
-        log=$(pwd)/{log:q}
-        rm -rf {params.build:q} && mkdir -p {params.build:q}
-        ln -s ../.. {params.build:q}/results && ln -s ../../../../paper {params.build:q}/paper
-        cd {params.build:q}
-        if command -v tectonic >/dev/null 2>&1; then
-            tectonic -X compile --keep-logs --outdir . -Z search-path=. paper/main.tex > "$log" 2>&1
-        elif command -v pdflatex >/dev/null 2>&1; then
-            (pdflatex {params.latex} paper/main.tex && bibtex main \
-             && pdflatex {params.latex} paper/main.tex && pdflatex {params.latex} paper/main.tex) > "$log" 2>&1 \
-             || (tail -n 40 "$log" >&2; exit 1)
-        else
-            echo "no TeX engine: install Debian's texlive-latex-base texlive-latex-recommended" \
-                 "texlive-fonts-recommended, or run with --sdm conda" | tee "$log" >&2
-            exit 1
-        fi
-        cd - > /dev/null
-        cp {params.build:q}/main.pdf {output:q}
-        """
+        PAPER_COMMAND

@@ -6,6 +6,13 @@
 
 
 
+TRAIN_COMMAND = (
+    "exec python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
+    "--out {params.out:q} --threads {threads} --train-log {params.out:q}/train.log --die-with-parent "
+    "--run-file {params.run_file:q} --server > {log:q}"
+)
+
+
 rule train:
     output:
         result=CELL_RESULT,
@@ -19,6 +26,7 @@ rule train:
         # this run's file (its onstart writes it): whether the run forces the cell to start over (in
         # every round: also the cells checkpoint rounds add), whether it keeps its final weights
         run_file=runfile.PATH,
+        command=command_param(TRAIN_COMMAND),
     # job.log is this attempt's output; train.log gathers every attempt's (a resumed cell's history
     # stays): the script writes both itself, and its errors to the job's stderr, which Snakemake
     # shows (arrepro.train.job). `exec`: the trainer's parent is the Snakemake running the job, and
@@ -47,6 +55,4 @@ rule train:
     conda:
         "../../envs/train.yaml"
     shell:
-        "exec python scripts/train_cell.py --cell-json {params.cell:q} --data results/data/{wildcards.task:q} "
-        "--out {params.out:q} --threads {threads} --train-log {params.out:q}/train.log --die-with-parent "
-        "--run-file {params.run_file:q} --server > {log:q}"
+        TRAIN_COMMAND

@@ -203,6 +203,9 @@ def config_problem(err: Exception, source: str = "config.yaml", overrides=None) 
                 f"(allowed there: {allowed})")
     if e.validator == "maxLength" and isinstance(e.instance, str):
         message = f"a text of {len(e.instance):,} characters; at most {e.validator_value:,}"
+    elif e.validator == "minProperties" and isinstance(e.instance, dict):
+        n = e.validator_value
+        message = f"{len(e.instance) or 'no'} entr{'y' if len(e.instance) == 1 else 'ies'}; at least {n} needed"
     else:
         message = e.message if len(e.message) <= 300 else e.message[:300] + " ..."
     return f"{source}: {where}: {message}"

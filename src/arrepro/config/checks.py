@@ -34,7 +34,7 @@ def check_path(path: str, key: str, root: str | None = "results") -> str:
     """``path`` itself if it is a relative, normalised path (under ``root/`` when one is given)
     whose every folder name is plain (``PLAIN_NAME``): no ``..``, no absolute path, no space,
     quote or shell syntax. Else a ConfigError naming ``key``. Every path the workflow builds from
-    config names passes here (``Grid._check_paths``)."""
+    config names passes here (``_check_paths``)."""
     parts = path.split("/")
     if (posixpath.normpath(path) != path or (root is not None and (parts[0] != root or len(parts) < 2))
             or not all(PLAIN_NAME.fullmatch(p) for p in parts)):

@@ -10,9 +10,10 @@ A mixer file (``arrepro/models/mixers/<name>.py``) declares at module level::
 
 each entry a Python expression over the constructor's arguments (``d_model``, ``max_len`` and
 its keyword arguments, their defaults included) and what it means, checked in order (an earlier
-one guards a later one: no division by a zero ``num_heads``). ``arrepro.config.grid`` reads the literal
-with ``ast`` (no torch import) and checks every model of config.yaml at every width and task of
-the grids that use it, before any job; the constructor calls ``require`` on the same literal. The
+one guards a later one: no division by a zero ``num_heads``). ``arrepro.config.catalogue`` reads
+the literal with ``ast`` (no torch import) and ``arrepro.config.checks`` checks every model of
+config.yaml at every width and task of the grids that use it, before any job; the constructor
+calls ``require`` on the same literal. The
 expressions are this repository's code; the values they see are config.yaml's plain data.
 """
 from __future__ import annotations

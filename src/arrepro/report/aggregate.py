@@ -34,7 +34,7 @@ WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo
 # the columns every reader of the tables relies on, each with a value on every row (read_*_table)
 CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters", "pinned"]
 BEST_NOT_NULL = GROUP + ["metric", "best_lr", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
-                         "outcome", "window_status", "candidates", "n_candidates", "seeds", "n_cells", "n_contenders"]
+                         "outcome", "window_status", "candidates", "n_candidates", "seeds", "n_cells", "n_contenders", "contender_bound"]
 
 
 def load_results(paths: list[str | Path], task_names: dict | None = None) -> pd.DataFrame:
@@ -84,7 +84,18 @@ def _row(g: pd.DataFrame, metric: str, decision: dict) -> dict:
             "candidates": _lr_list(decision["points"]), "n_candidates": len(decision["points"]),
             "seeds": ";".join(str(int(x)) for x in seeds), "n_cells": len(g.drop_duplicates(["lr", "seed"])),
             "n_contenders": decision.get("contenders", 0),
+            # the most a contender could still reach; the number itself when none could beat it
+            "contender_bound": acc.mean() if decision.get("contender_bound") is None else decision["contender_bound"],
             **{f"window_{k}": w.get(k) for k in WINDOW}}
+
+
+def contender_bound(state: dict, n_seeds: int) -> float | None:
+    """The highest mean over every seed a contender left by the budget could still reach (its
+    accuracies so far, and 1 on every seed not trained); None without contenders."""
+    scores = {lr: (k, m) for lr, k, m in state.get("scores", [])}
+    bounds = [(k * m + (n_seeds - k)) / n_seeds for lr in state.get("contenders", []) if lr in scores
+              for k, m in [scores[lr]]]
+    return max(bounds) if bounds else None
 
 
 def _points_decision(points: dict[float, float], search: str, outcome: str, window: dict | None, seeds) -> dict:
@@ -135,8 +146,10 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
                 raise ValueError(f"search {key} is not done ({state['phase']}): its group's plan is not the last round's")
             points = dict(map(tuple, state["points"]))
             seeds = entry["spec"]["seeds"]
+            bound = contender_bound(state, len(seeds))
             best_rows.append(_row(g, metric, {**_points_decision(points, key, state["outcome"], state["window"], seeds),
-                                              "chosen": state["chosen_lr"], "contenders": len(state["contenders"])}))
+                                              "chosen": state["chosen_lr"], "contenders": len(state["contenders"]),
+                                              "contender_bound": bound}))
     cells = pd.concat(cell_parts, ignore_index=True)
     write_table(cells[["series"] + [c for c in cells.columns if c != "series"]], cells_csv)
     write_table(pd.DataFrame(best_rows).sort_values(GROUP).reset_index(drop=True), best_csv)

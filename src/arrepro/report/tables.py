@@ -34,10 +34,20 @@ def seeds_text(r) -> str:
     return ", ".join(str(r["seeds"]).split(";"))
 
 
+def contenders_text(r) -> str:
+    """The learning rates the budget left that could still beat a row's number: "none", or their
+    count and the highest mean over every seed any could still reach ("2 (<= 93.0)")."""
+    n = int(r.get("n_contenders", 0) or 0)
+    b = r.get("contender_bound")
+    if not n:
+        return "none"
+    return f"{n} (<= {acc(b)})" if b is not None and b == b else str(n)
+
+
 def _basis(r) -> dict:
     """The columns that say what a row's number rests on."""
     return {"LR": _lr(r["best_lr"]), "candidate LRs": candidates_text(r), "seeds": seeds_text(r),
-            "cells": int(r["n_cells"])}
+            "cells": int(r["n_cells"]), "contenders left": contenders_text(r)}
 
 
 def _save(df: pd.DataFrame, csv_path, tex_path, caption_note: str, scale: str) -> None:
@@ -111,7 +121,7 @@ def lr_window(best: pd.DataFrame) -> pd.DataFrame:
                "best accuracy (%)": acc(r["mean"]), "LR (of candidates)": f"{_lr(r['best_lr'])} (of {candidates_text(r)})",
                "seeds": seeds_text(r), "good LRs": "--", "lower edge in": "--", "upper edge in": "--",
                "width (decades)": w.status, "LRs / cells tried": f"{int(r['n_lrs'])} / {int(r['n_cells'])}",
-               "search": r.get("outcome", "")}
+               "search": r.get("outcome", ""), "contenders left": contenders_text(r)}
         if w.status == "window":
             row.update({"good LRs": f"{_lr(w.lo)} - {_lr(w.hi)}",
                         "lower edge in": f"[{_lr(w.below)}, {_lr(w.lo)}]" if w.below else f"<= {_lr(w.lo)} ({w.open_lo})",
@@ -129,7 +139,8 @@ def _seeds_note(best: pd.DataFrame) -> str:
 
 
 BASIS = ("Accuracy (%): the best, over the candidate learning rates, of the mean over the seeds (± their std); "
-         "cells: the training runs the setting's search spent.")
+         "cells: the training runs the setting's search spent; contenders left: learning rates the budget left that "
+         "could still beat the number (with the most they could reach).")
 
 
 def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric: str, scale: str,

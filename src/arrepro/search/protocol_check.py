@@ -99,7 +99,7 @@ def markdown(rows: list[dict], task_names: dict | None = None) -> str:
     shared = sum(r.get("shared_cells", 0) for r in rows)
     short = [r for r in rows if r["difference"] < 0 and not r["within_spread"]]
     grids = sorted({r["grid_lrs"] for r in rows})
-    lines.append(f"\n{len(rows)} searches; cells: the searches {spent[0]}, the literal grid{'s' if len(grids) > 1 else ''} "
+    lines.append(f"\n{len(rows)} search{'' if len(rows) == 1 else 'es'}; cells: the searches {spent[0]}, the literal grid{'s' if len(grids) > 1 else ''} "
                  f"{spent[1]} ({shared} of them shared with the searches); the literal grid: "
                  f"{' | '.join(g.replace(';', ', ') for g in grids)}; shortfalls beyond the seed spread: {len(short)}")
     return "\n".join(lines)

@@ -101,6 +101,11 @@ def _start(key: str, log) -> socket.socket | None:
         sock = _connect(key)
         if sock is not None:
             return sock
+        failed = _side_file(key, "failed")
+        if failed.exists():  # this code's server failed its warm-up: no job pays for another try
+            log(f"no training server: its warm-up failed with this code ({failed.read_text().strip()}; see "
+                f"{_side_file(key, 'log')}): training in this process")
+            return None
         with open(_side_file(key, "log"), "a") as out:
             proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, key], stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
@@ -150,12 +155,30 @@ def run_via_server(argv: list[str], log) -> int | None:
                     if child["pending"] is not None:
                         forward(child["pending"], None)
                 if "exit" in message:
-                    log(f"the cell's process (pid {child['pid']}, a child of the training server) used "
-                        f"{message.get('cpu_seconds', float('nan')):.2f} CPU-seconds")
-                    return int(message["exit"])
+                    return _ended(int(message["exit"]), child["pid"], message.get("cpu_seconds", float("nan")), log)
             print("train_cell.py: error: the training server closed the connection before the cell ended "
                   f"(see {_side_file(key, 'log')})", file=sys.stderr, flush=True)
             return 1
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _ended(code: int, pid: int | None, cpu_seconds: float, log) -> int:
+    """The job's exit status for its child's (the server's ``os.waitstatus_to_exitcode``: -N for a
+    child killed by signal N), said in the logs: the CPU time it used, and a signal that killed it
+    as an error naming the signal (exit status 128 + N, as a shell reports it)."""
+    what = f"the cell's process (pid {pid}, a child of the training server)"
+    if code >= 0:
+        log(f"{what} used {cpu_seconds:.2f} CPU-seconds")
+        return code
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "unknown signal"
+    message = (f"train_cell.py: error: {what} was killed by signal {-code} ({name}) after {cpu_seconds:.2f} "
+               "CPU-seconds, before the cell ended: nothing of this attempt is a result (a rerun resumes from the "
+               "cell's last checkpoint)")
+    log(message)
+    print(message, file=sys.stderr, flush=True)
+    return 128 - code

@@ -3,8 +3,10 @@
 Recipe (paper A.2): AdamW, weight decay, linear warmup over ``warmup_frac`` of the steps, then
 the decay named by ``schedule`` (cosine to zero, linear to zero, or constant), stepped every
 optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Precision from the
-cell spec: ``fp32`` (the default, Zoology's: no autocast anywhere) or ``bf16`` (autocast on CUDA;
-refused on the CPU). Logits only at labelled positions.
+cell spec (``PRECISIONS``, set in ``autocast_for``): ``fp32`` (the default, Zoology's: no autocast,
+full fp32 matmuls), ``tf32`` (the paper scale's: fp32 weights and activations, TF32 tensor-core
+matmuls on CUDA; the same as fp32 on the CPU) or ``bf16`` (autocast on CUDA; refused on the CPU).
+Logits only at labelled positions.
 
 Robust on a cluster: a checkpoint (model, optimiser, RNG, metrics so far) is written atomically
 after every epoch and on SIGTERM or SIGINT (Ctrl-C); a restarted run resumes from it and ends with
@@ -50,7 +52,7 @@ from arrepro.config.cellfiles import CHECKPOINT, METRICS, RESULT, WEIGHTS, CellB
 from arrepro.train.checkpoint import CorruptCheckpoint
 from arrepro.config.paths import REPO_ROOT
 from arrepro.digest import file_digest, source_digest
-from arrepro.files import atomic_write, write_json_atomic, write_text_atomic
+from arrepro.files import atomic_write, remove_temporaries, write_json_atomic, write_text_atomic
 from arrepro.config.catalogue import data_sources, train_sources
 from arrepro.models import LanguageModel
 from arrepro.models.kernels import describe_paths, kernels_enabled, paths_used
@@ -289,6 +291,10 @@ def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: i
         with CellLock(out) as lock:
             if lock.unsupported:
                 log(f"warning: {lock.unsupported}")
+            else:  # no other trainer of the cell runs: a temporary file here is an earlier attempt's
+                for tmp in remove_temporaries(out):
+                    log(f"removed {tmp.name}, a temporary file an earlier attempt left when it was stopped "
+                        "between a write and its rename")
             return _train_cell(spec, data_dir, out, threads, log, stop_after_steps, forced_run, keep_weights)
     except CellBusy as e:
         raise TrainError(str(e)) from None

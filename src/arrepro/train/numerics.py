@@ -60,12 +60,20 @@ _pinned_before_torch: bool | None = None  # None: pin_environment() has not run 
 _caller_env: dict[str, str | None] = {}
 
 
-def pin_environment() -> None:
+def pin_environment(job_env: dict[str, str] | None = None) -> None:
     """Set ``PINS`` in ``os.environ`` (the caller's values are overridden and remembered). Call
-    before torch's first import: the libraries read these variables once, when they load."""
+    before torch's first import: the libraries read these variables once, when they load.
+
+    ``job_env``: the environment of the job this process trains for now, where that is not the
+    environment the process started with: a child of the training server (arrepro.train.server),
+    whose libraries were loaded, pinned, when the server started for an earlier job. What the job
+    asked for (``overridden``) is then read from ``job_env``, not from that earlier job's."""
     global _pinned_before_torch
+    if _pinned_before_torch is None or job_env is not None:
+        caller = os.environ if job_env is None else job_env
+        _caller_env.clear()
+        _caller_env.update({k: caller.get(k) for k in PINS})
     if _pinned_before_torch is None:
-        _caller_env.update({k: os.environ.get(k) for k in PINS})
         _pinned_before_torch = "torch" not in sys.modules
     os.environ.update(PINS)
 

@@ -4,7 +4,7 @@ A CPU cell used to pay for its own start: Python, torch's import, numba loading 
 kernels and each kernel's self-check, 3-4 CPU-seconds of a demo cell's 15-30. The train rule's
 jobs (``train_cell.py --server``) instead ask a server that has done all that once: it forks a
 child per cell, and the child trains the cell exactly as ``train_cell.py`` would in its own
-process (``trainjob.train_here``: the same code, from the same state: nothing trains in the
+process (``arrepro.train.job.train_here``: the same code, from the same state: nothing trains in the
 server, so every child starts from the state it had after its start-up; every seed is set by
 the cell). Each job is still one cell: Snakemake's outputs, rerun decisions, logs and
 checkpoints per cell are what they were.
@@ -40,16 +40,20 @@ import time
 from arrepro.config.paths import REPO_ROOT
 
 
-from arrepro.train.client import FORWARDED, IDLE_ENV, IDLE_SECONDS, _address, _recv_request, _send
+from arrepro.train.client import FORWARDED, IDLE_ENV, IDLE_SECONDS, _address, _recv_request, _send, _side_file
 
 
 # ------------------------------------------------------------------------------------- the server
 def _warm_up() -> None:
     """What a child would otherwise do first: pin the numerics, import torch and the trainer,
     compile (or load) and self-check every fused CPU kernel in fp32, and take one training step
-    of a small model of every mixer (its lazy imports, AdamW's among them, and the kernels'
-    compiled variants for the layouts training hands them); digest the sources a checkpoint's
-    fingerprint reads. Nothing here touches a child's numbers: each cell seeds what it draws."""
+    and one evaluation of a small model of every mixer (its lazy imports, AdamW's among them, and
+    the kernels' compiled variants for the layouts training hands them); digest the sources a
+    checkpoint's fingerprint reads. Nothing here touches a child's numbers: each cell seeds what it
+    draws. A step that fails is an error of the server (its log names the mixer and the step; the
+    server exits before it listens, and the jobs of this code train in their own processes, saying
+    why, without starting another): a warm-up that skips a step quietly would hide code that no
+    longer runs."""
     from arrepro.train import numerics
 
     numerics.pin_environment()
@@ -59,6 +63,7 @@ def _warm_up() -> None:
     from arrepro.digest import source_digest
     from arrepro.models import LanguageModel, kernels
     from arrepro.models.registry import available_mixers
+    from arrepro.train import loop
 
     numerics.settle()
     for name, k in kernels.KERNELS.items():
@@ -66,18 +71,26 @@ def _warm_up() -> None:
             kernels._cpu_kernel(name, torch.float32)
     repo = REPO_ROOT  # as arrepro.train.loop's fingerprint reads the sources (memoised)
     source_digest(data_sources(repo), repo)
+    cpu = torch.device("cpu")
     for mixer in available_mixers():
+        step = "its sources' digest"
         try:
             source_digest(train_sources(mixer, repo), repo)
+            step = "a training step"
             model = LanguageModel(vocab_size=16, d_model=16, n_layers=2, max_len=8, mixer=mixer)
             opt = model.configure_optimizer(lr=1e-3, weight_decay=0.1, fused=True)
             x = torch.randint(0, 16, (2, 8))
             loss, _, _ = model.loss(x, x)
             loss.backward()
             opt.step()
-            train.evaluate(model, x, x, 2, torch.device("cpu"), train.autocast_for("fp32", torch.device("cpu")))
-        except Exception as e:  # noqa: BLE001 - a mixer that cannot warm up here only stays cold
-            print(f"warm-up of {mixer}: {type(e).__name__}: {e}", flush=True)
+            step = "an evaluation"
+            loop.evaluate(model, x, x, 2, cpu, loop.autocast_for("fp32", cpu))
+        except Exception as e:
+            raise WarmUpFailed(f"warm-up of {mixer}, {step}: {type(e).__name__}: {e}") from e
+
+
+class WarmUpFailed(RuntimeError):
+    """A warm-up step that raised: the server does not start (its log says which step)."""
 
 
 def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int], others: list) -> None:
@@ -101,7 +114,8 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
         from arrepro.train import numerics
         from arrepro.train.job import train_here
 
-        numerics.pin_environment()  # the pins, as in the server (whose torch read them)
+        # the pins, as in the server (whose libraries read them); what this job asked for is its own
+        numerics.pin_environment(job_env=request["env"])
         sys.argv = ["train_cell.py", *request["argv"]]
         code = train_here(request["argv"])
     except SystemExit as e:
@@ -191,4 +205,8 @@ def _accept(conn: socket.socket, listener: socket.socket, others: list) -> int |
 
 
 if __name__ == "__main__":  # pragma: no cover - started by run_via_server
-    serve(sys.argv[1])
+    try:
+        serve(sys.argv[1])
+    except WarmUpFailed as failed:  # said to the next jobs of this code, which then start no server
+        _side_file(sys.argv[1], "failed").write_text(f"{failed}\n")
+        raise
