@@ -1,6 +1,6 @@
-"""A model's card: what a config model is, said by config.yaml (``models.NAME.card``), the one
-home of it. The paper, the claims, the figures, the tables and the cost model read a model's
-card; no code reads a model's name for its meaning.
+"""A model's card: what a config model is, said by its entry in config.yaml (models: NAME:
+card:), the one home of it. The paper, the claims, the figures, the tables and the cost model
+read a model's card; no code reads a model's name for its meaning.
 
     label   the model as the paper and the tables print it (plain text): "Mamba without its gate"
     cite    the citation key of the paper that introduced it (optional)

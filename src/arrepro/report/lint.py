@@ -52,7 +52,7 @@ def check_manuscript_keys(tex_path, defined: set[str], meta: dict) -> None:
 
 
 def check_citations(tex_path, meta: dict) -> None:
-    """Fail on a citation key of a model card (config.yaml ``models.NAME.card.cite``) that the
+    """Fail on a citation key of a model card (its `cite` in config.yaml) that the
     bibliography beside the manuscript (``refs.bib``) does not define, naming the model."""
     bib = Path(tex_path).parent / "refs.bib"
     known = set(re.findall(r"@\w+\{\s*([^,\s]+)\s*,", bib.read_text())) if bib.exists() else set()
