@@ -16,7 +16,7 @@ rule figure:
         scale=GRID.scale_name,
         metric=lambda wc: GRID.metric(wc.exp),
         reference_lrs=lambda wc: GRID.reference_lrs(wc.exp),
-        models=lambda wc: GRID.experiment_models(wc.exp),  # their cards name the lines
+        models=lambda wc: json.dumps(GRID.experiment_models(wc.exp), sort_keys=True),  # their cards name the lines (a key order changes nothing)
         replication=lambda wc: GRID.replication_series(wc.exp),
     log:
         f"{OUT}/logs/figures/{{exp}}.log",
