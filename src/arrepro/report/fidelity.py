@@ -82,8 +82,9 @@ def _search_text(c, name):
     seeds = d["search_seeds"]
     ladder = "" if seeds == "all" else f", ladder {d['ladder']}"
     budget = f", budget {d['budget']}{''.join(f' ({k} {v})' for k, v in d.get('tier_budget', {}).items())}" if d["budget"] else ""
+    scan = f", scan {d['scan']:.3g} dec. over {d.get('scan_range', 'the range')} on {d['scan_seeds']} seeds" if d.get("scan") else ""
     return (f"start {start}, range {d.get('range', 'the start span')}, {d['resolution']} dec., {d['rounds']}x{d['per_round']}, "
-            f"search seeds {seeds}{ladder}{budget}{', window' if d['window'] else ''}")
+            f"search seeds {seeds}{ladder}{scan}{budget}{', window' if d['window'] else ''}")
 
 
 def _all_seeds(c):

@@ -162,9 +162,12 @@ def protocol_text(meta: dict) -> str:
             "they can change the answer, by successive halving: the best-scoring learning rates (the \\emph{candidates}, "
             "at least two) climb to every reported seed, and any other learning rate that could still beat the best "
             "candidate (its accuracies so far, with 1 on every seed not yet trained, above the candidate's mean) climbs "
-            "too, within the setting's budget of cells. Where the search seed learns nothing anywhere, the next seed "
-            "trains every learning rate tried before the search goes on, and a setting is called ``not learned'' only "
-            "when no cell of any seed learned. The reported learning rate is the candidate with the best mean over every "
+            "too, within the setting's budget of cells; an outcome says when the budget left such learning rates. "
+            "Where a search has a \emph{scan} and no cell of any seed has learned yet, it trains every learning rate of "
+            "the scan's span on a lattice (at the paper scale the literal grid's own, a third of a decade), on the "
+            "search seed and then on further seeds, in a fixed order that no score at chance chooses, before it goes "
+            "on; without a scan, the next seed trains every learning rate tried. A setting is called ``not learned'' "
+            "only when no cell of any seed learned. The reported learning rate is the candidate with the best mean over every "
             "seed; curves of accuracy against learning rate train every seed at every learning rate they show. The "
             "searches of this scale: ")
     parts = []
@@ -179,8 +182,12 @@ def protocol_text(meta: dict) -> str:
                                       for k, t in d["ladder"]))
         budget = d.get("budget") or 0
         tiers = "".join(f" ({v} for the {k} cost tier)" for k, v in d.get("tier_budget", {}).items())
+        scan = (f", a scan {d['scan']:.2g} decades apart over "
+                f"{tex_lr(d.get('scan_range', d.get('range', (0, 0)))[0])} to "
+                f"{tex_lr(d.get('scan_range', d.get('range', (0, 0)))[1])} on up to {plural(d['scan_seeds'], 'seed')}"
+                if d.get("scan") and d["rounds"] and d["search_seeds"] != "all" else "")
         parts.append(f"\\emph{{{tex_escape(n)}}}: start {start_txt}{rng}, resolution {d['resolution']:g} decades, "
-                     f"{_rounds_text(d)}, search on "
+                     f"{_rounds_text(d)}{scan}, search on "
                      f"{seeds}{ladder}{', window resolved' if d['window'] else ''}"
                      f"{f', at most {budget} cells{tiers}' if budget else ''}, plateau at {d['plateau']:g}")
     fixed = any(searched(g, meta) is None for g in grids)
