@@ -163,7 +163,7 @@ def protocol_text(meta: dict) -> str:
             "at least two) climb to every reported seed, and any other learning rate that could still beat the best "
             "candidate (its accuracies so far, with 1 on every seed not yet trained, above the candidate's mean) climbs "
             "too, within the setting's budget of cells; an outcome says when the budget left such learning rates. "
-            "Where a search has a \emph{scan} and no cell of any seed has learned yet, it trains every learning rate of "
+            "Where a search has a \\emph{scan} and no cell of any seed has learned yet, it trains every learning rate of "
             "the scan's span on a lattice (at the paper scale the literal grid's own, a third of a decade), on the "
             "search seed and then on further seeds, in a fixed order that no score at chance chooses, before it goes "
             "on; without a scan, the next seed trains every learning rate tried. A setting is called ``not learned'' "
