@@ -51,7 +51,8 @@ rule protocol_check:
         csv=f"{OUT}/tables/protocol_check.csv",
         md=f"{OUT}/tables/protocol_check.md",
     input:
-        reports=[s.report_path(OUT) for s, _ in protocol_check.selection(GRID, SEARCHES)],
+        # input functions: the check's selection is read only when the check is asked for
+        reports=lambda wc: [s.report_path(OUT) for s, _ in protocol_check.selection(GRID, SEARCHES)],
         grid=lambda wc: cell_results(protocol_check.literal_cells(GRID, SEARCHES)),
     params:
         code=script_code("scripts/protocol_check.py"),
