@@ -319,7 +319,9 @@ def test_a_table_typesets_a_dollar_in_a_label_without_the_text_dollar(tmp_path, 
     best = pd.read_csv(finished / BEST)
     write_table(best, tmp_path / "b.csv")
     write_table(pd.read_csv(finished / "results/tiny/tables/fig2_cells.csv"), tmp_path / "c.csv")
-    render_table("accuracy", tmp_path / "b.csv", tmp_path / "c.csv", {"attention": {"label": "Attn (US$ 5 <x>)"}},
+    attention = yaml.safe_load((ROOT / "config.yaml").read_text())["models"]["attention"]
+    attention["card"]["label"] = "Attn (US$ 5 <x>)"
+    render_table("accuracy", tmp_path / "b.csv", tmp_path / "c.csv", {"attention": attention},
                  "final_accuracy", "tiny", tmp_path / "t.csv", tmp_path / "t.tex")
     tex = (tmp_path / "t.tex").read_text()
     assert r"Attn (US\ensuremath{\mathdollar} 5 \textless{}x\textgreater{})" in tex and r"\$" not in tex

@@ -168,7 +168,7 @@ def move_grid_meta(wd: Path) -> None:
     end = text.find("\ndef ", start + 1)
     end = len(text) if end < 0 else end + 1
     moved = text[start:end].rstrip() + "\n"
-    anchor = "from arrepro.report import fidelity\n"
+    anchor = "from arrepro.report.texkeys import numbers_tex\n"
     assert anchor in text
     paper.write_text((text[:start] + text[end:]).rstrip().replace(
         anchor, anchor + "from arrepro.report.fidelity import grid_meta  # noqa: F401 (the Snakefile's)\n", 1) + "\n")
