@@ -26,6 +26,7 @@ from arrepro.report.lint import manuscript_keys
 from arrepro.report.paper import grid_meta, write_paper_inputs
 from arrepro.report.results import BEST_COLUMNS
 from arrepro.cluster.tools import apt_install
+from workflow_copy import copy_workflow  # noqa: F401 (imported from here by other test files)
 
 try:
     from arrepro.report.tables import render_table
@@ -47,17 +48,6 @@ def tex():
     if problem:
         pytest.skip(f"needs {', '.join(TOOLS)}: {problem}")
     assert all(shutil.which(t) for t in TOOLS)
-
-
-def copy_workflow(dst: Path) -> Path:
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy2(ROOT / name, dst / name)
-    for name in ("workflow", "src", "scripts", "paper", "envs"):
-        shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    snakefile = (dst / "Snakefile").read_text()
-    if "workflow/rules/paper.smk" not in snakefile:  # until the Snakefile includes it
-        (dst / "Snakefile").write_text(snakefile + '\ninclude: "workflow/rules/paper.smk"\n')
-    return dst
 
 
 def peak(model: str, mixer: str, width: int, layers: int, kind: str) -> tuple[float, float, float]:

@@ -38,6 +38,7 @@ from arrepro.cluster import budget, packs
 from arrepro.config import costs
 from arrepro.config.cards import card_of
 from arrepro.config.grid import Grid
+from workflow_copy import copy_workflow as copy_whole
 from arrepro.search.rounds import Searches, search_cells, start_round
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,9 +338,7 @@ def cluster(tmp_path_factory):
 
 def copy_workflow(dst: Path) -> Path:
     """The repository as a user has it (profile, envs, sources), without results."""
-    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "results", ".snakemake", ".pytest_cache", "__pycache__", "*.egg-info", ".whl", ".gl"))
-    return dst
+    return copy_whole(dst, whole=True)
 
 
 def submitted(log: str) -> list[str]:
@@ -457,7 +456,10 @@ def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, fa
                                                                     config):
     via_slurm, local = copy_workflow(tmp_path / "slurm"), copy_workflow(tmp_path / "local")
     t0 = time.monotonic()
-    run = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "all", "--sdm", "env-modules"], cwd=via_slurm,
+    # the profile as users run it, with quicker status checks (a sacct call every 5 s, not 20: the
+    # DAG's dozen levels each wait for one)
+    run = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "all", "--sdm", "env-modules",
+                                        "--slurm-init-seconds-before-status-checks", "5"], cwd=via_slurm,
                            env={**cluster.env, "ARREPRO_SCALE": "tiny"},
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -9,17 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from workflow_copy import copy_workflow  # noqa: F401 (imported from here by other test files)
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def copy_workflow(dst: Path) -> Path:
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy2(ROOT / name, dst / name)
-    for name in ("workflow", "src", "scripts", "paper", "envs", "profiles"):
-        if (ROOT / name).exists():
-            shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    return dst
 
 
 def smk(wd: Path, *args, check=True):

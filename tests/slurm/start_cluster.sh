@@ -109,7 +109,9 @@ JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
 MinJobAge=300
-KillWait=5
+# Slurm's default: SIGTERM at the time limit, SIGKILL 30 s later. A cell's first step (its kernels
+# compiled or loaded) can outlast a shorter wait on a loaded machine, and then no checkpoint is written
+KillWait=30
 GresTypes=gpu
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
