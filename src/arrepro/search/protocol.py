@@ -171,6 +171,12 @@ class SearchSpec:
         (the climb, then contenders) and one more (a climb after a refinement that the seeds asked for)."""
         return self.rounds + self.scan_rounds + (2 * len(self.ladder) + 1 if self.ladder else 0)
 
+    @property
+    def scan_anchor(self) -> float:
+        """log10 of the scan lattice's anchor: the start grid's lowest point (the lattice is
+        every ``scan`` decades from it)."""
+        return math.log10(min(self.start))
+
     def scan_points(self) -> list[tuple[float, int]]:
         """The learning rates a scan visits, each with its *ring*: the lattice through the start
         grid's lowest point, ``scan`` decades apart, inside the range; ring 0 inside the start
@@ -178,7 +184,7 @@ class SearchSpec:
         if not self.scan:
             return []
         lo, hi = self.scan_range or (self.lo, self.hi)
-        a, lo, hi = math.log10(min(self.start)), math.log10(max(lo, self.lo)), math.log10(min(hi, self.hi))
+        a, lo, hi = self.scan_anchor, math.log10(max(lo, self.lo)), math.log10(min(hi, self.hi))
         top = math.log10(max(self.start))
         ks = range(math.ceil((lo - a) / self.scan - RES_TOL), math.floor((hi - a) / self.scan + RES_TOL) + 1)
         out = []
@@ -343,7 +349,7 @@ def _to_scan_lattice(spec: SearchSpec, lr: float) -> float:
     exactly (extending 1e-2 by two thirds of a decade gives 4.64e-2, not 4.65e-2)."""
     if not spec.scan:
         return lr
-    a = math.log10(min(spec.start))
+    a = spec.scan_anchor
     q = a + round((math.log10(lr) - a) / spec.scan) * spec.scan
     return snap(10 ** q) if abs(math.log10(lr) - q) <= 0.02 else lr
 
