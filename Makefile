@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SCALE  ?= demo
 
-.PHONY: demo test test-all setup bench clean report kernels-cpu gpu-check protocol-check gpu-carry gpu-verify
+.PHONY: demo test setup bench clean report kernels-cpu gpu-check protocol-check gpu-carry gpu-verify
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -37,13 +37,7 @@ protocol-check: setup
 report: setup
 	snakemake --report results/$(SCALE)/report.html --config scale=$(SCALE)
 
-# CI's suite (.ci/run): everything but the three `heavy` tests (minutes of CPU each, docs/tests.md),
-# which would take it past CI's 30 minutes; `make test-all` runs them too.
 test: setup $(KVENV)/.installed
-	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
-	$(PY) -m pytest -q -n $(CORES) --dist loadfile --no-loadscope-reorder --durations=12 -m "not heavy"
-
-test-all: setup $(KVENV)/.installed
 	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
 	$(PY) -m pytest -q -n $(CORES) --dist loadfile --no-loadscope-reorder --durations=12
 

@@ -38,7 +38,6 @@ def fabricate_cell(spec: dict, path, rng, epochs: int = 3) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.heavy
 @pytest.mark.parametrize("scale", ["demo"])
 def test_every_figure_and_table_renders(tmp_path, scale):
     wd = copy_workflow(tmp_path)

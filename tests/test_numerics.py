@@ -198,7 +198,7 @@ KERNELS = ["scan", "linear", "attention", "short_conv", "mamba"]
 
 
 @needs_avx2
-@pytest.mark.heavy
+@pytest.mark.slow
 def test_fused_cpu_kernels_give_the_same_bits_from_their_sse2_and_avx2_builds():
     """Every fused CPU kernel (the scan, the linear layer, attention, the short conv, the Mamba
     mixer) compiled for plain x86-64 (SSE2, what a CPU without AVX2 runs: 4 lanes) and with AVX2

@@ -452,7 +452,6 @@ def read_table(path: Path) -> list[dict]:
 
 
 @pytest.mark.slurm
-@pytest.mark.heavy
 def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, timed_out, shared, tmp_path,
                                                                     config):
     via_slurm, local = copy_workflow(tmp_path / "slurm"), copy_workflow(tmp_path / "local")
