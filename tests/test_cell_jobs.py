@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from arrepro.config.grid import Grid
-from test_workflow import CODE_EDIT, SNAKEMAKE, TARGETS, copy_workflow, edit_config, planned, smk
+from test_workflow import CODE_EDIT, SNAKEMAKE, TARGETS, edit_config, planned, smk
+from workflow_copy import copy_workflow
 from test_workflow import done, wd  # noqa: F401 - fixtures: the finished tiny scale, a private copy
 
 TIMING = {"seconds", "train_seconds", "tokens_per_second", "sha256", "metrics_sha256"}

@@ -14,7 +14,8 @@ import yaml
 from arrepro.config.cellfiles import metrics_text, seal
 from arrepro.config.grid import Grid
 
-from test_workflow import ROOT, copy_workflow
+from test_workflow import ROOT
+from workflow_copy import copy_workflow
 
 
 def fabricate_cell(spec: dict, path, rng, epochs: int = 3) -> None:

@@ -12,7 +12,8 @@ import yaml
 from arrepro.config.catalogue import mixer_arguments
 from arrepro.config.checks import check_path, load_grid
 from arrepro.config.grid import ConfigError, Grid, one_of
-from test_workflow import ROOT, SNAKEMAKE, copy_workflow, edit_config, smk
+from test_workflow import ROOT, SNAKEMAKE, edit_config, smk
+from workflow_copy import copy_workflow
 
 
 def fig2(c):

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from test_paper import copy_workflow, fabricate_results, tex  # noqa: F401 (a fixture)
+from test_paper import fabricate_results, tex  # noqa: F401 (a fixture)
+from workflow_copy import copy_workflow
 
 LABEL = "Running Mean Mixer"  # the new model's card's label: what the paper and the figure print
 MIXER_FILE = '''"""A sequence mixer added by tests/test_new_mixer.py: a causal running mean of a projection."""
@@ -86,9 +87,9 @@ def test_a_new_mixer_reaches_fig2_and_the_paper_by_its_file_and_config_alone(tex
 
 
 def test_a_model_without_a_card_field_is_refused_before_any_job_naming_the_key(tmp_path):
-    from test_workflow import copy_workflow as copy_all, smk as run
+    from test_workflow import smk as run
 
-    wd = copy_all(tmp_path)
+    wd = copy_workflow(tmp_path)
     config = yaml.safe_load((wd / "config.yaml").read_text())
     del config["models"]["mamba"]["card"]["family"]
     (wd / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

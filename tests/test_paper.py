@@ -26,7 +26,7 @@ from arrepro.report.lint import manuscript_keys
 from arrepro.report.paper import grid_meta, write_paper_inputs
 from arrepro.report.results import BEST_COLUMNS
 from arrepro.cluster.tools import apt_install
-from workflow_copy import copy_workflow  # noqa: F401 (imported from here by other test files)
+from workflow_copy import copy_workflow
 
 try:
     from arrepro.report.tables import render_table

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from arrepro.cluster.tools import apt_install
-from test_workflow import copy_workflow, edit_config, smk
+from test_workflow import edit_config, smk
+from workflow_copy import copy_workflow
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_slurm import SNAKEMAKE, assert_as_one_by_one, assert_ran_at_once, copy_workflow
+from test_slurm import SNAKEMAKE, assert_as_one_by_one, assert_ran_at_once
+from workflow_copy import copy_workflow
 
 from arrepro.cluster import budget, packs
 from arrepro.config import costs
@@ -180,7 +181,7 @@ def test_cells_per_gpu_must_be_a_whole_number(bad):
 def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path):
     grid = Grid(config, "tiny")
     marker, cells = next((m, c) for m, c in packs.packs(grid, 2).items() if len(c) == 2)
-    together = copy_workflow(tmp_path / "together")
+    together = copy_workflow(tmp_path / "together", whole=True)
     # at once: the pack's component in one local Snakemake with two cores, as in a Slurm job's step
     run = subprocess.run(SNAKEMAKE + [marker, "--cores", "2", "--config", "scale=tiny", "cells_per_gpu=2"],
                          cwd=together, capture_output=True, text=True, timeout=900)

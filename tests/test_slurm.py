@@ -38,7 +38,7 @@ from arrepro.cluster import budget, packs
 from arrepro.config import costs
 from arrepro.config.cards import card_of
 from arrepro.config.grid import Grid
-from workflow_copy import copy_workflow as copy_whole
+from workflow_copy import copy_workflow
 from arrepro.search.rounds import Searches, search_cells, start_round
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,7 +244,7 @@ def test_a_group_job_of_n_cells_per_gpu_asks_for_one_gpu(tmp_path, config):
     component at a time, which is why the cells of a pack must be one component."""
     import yaml
 
-    wd = copy_workflow(tmp_path / "wf")
+    wd = copy_workflow(tmp_path / "wf", whole=True)
     cfg = yaml.safe_load((wd / "config.yaml").read_text())
     cfg["scales"]["tiny"]["device"] = "cuda"
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -336,11 +336,6 @@ def cluster(tmp_path_factory):
         assert stop.returncode == 0 and not left, f"still running: {left}\n{stop.stdout}{stop.stderr}"
 
 
-def copy_workflow(dst: Path) -> Path:
-    """The repository as a user has it (profile, envs, sources), without results."""
-    return copy_whole(dst, whole=True)
-
-
 def submitted(log: str) -> list[str]:
     return re.findall(r"has been submitted with SLURM jobid (\d+)", log)
 
@@ -399,7 +394,7 @@ def timed_out(cluster, tmp_path_factory):
     runs."""
     import yaml
 
-    wd = copy_workflow(tmp_path_factory.mktemp("timeout") / "wf")
+    wd = copy_workflow(tmp_path_factory.mktemp("timeout") / "wf", whole=True)
     cfg = yaml.safe_load((wd / "config.yaml").read_text())
     cfg["scales"]["tiny"] = TIMEOUT_SCALE
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -425,7 +420,7 @@ def shared(cluster, tmp_path_factory):
     Started early, so that it runs alongside the other runs."""
     import yaml
 
-    wd = copy_workflow(tmp_path_factory.mktemp("shared") / "wf")
+    wd = copy_workflow(tmp_path_factory.mktemp("shared") / "wf", whole=True)
     with_cells_per_gpu(wd, 2)
     grid = Grid(yaml.safe_load((wd / "config.yaml").read_text()), "tiny")
     marker, cells = next(iter(packs.packs(grid, 2).items()))
@@ -454,7 +449,7 @@ def read_table(path: Path) -> list[dict]:
 @pytest.mark.slurm
 def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, timed_out, shared, tmp_path,
                                                                     config):
-    via_slurm, local = copy_workflow(tmp_path / "slurm"), copy_workflow(tmp_path / "local")
+    via_slurm, local = copy_workflow(tmp_path / "slurm", whole=True), copy_workflow(tmp_path / "local", whole=True)
     t0 = time.monotonic()
     # the profile as users run it, with quicker status checks (a sacct call every 5 s, not 20: the
     # DAG's dozen levels each wait for one)
@@ -586,7 +581,7 @@ def assert_ran_at_once(log: str, n: int) -> None:
 def assert_as_one_by_one(done: Path, cells, scratch: Path) -> None:
     """The cells' result.json and metrics under the workflow copy `done` are those of the same
     cells trained one after another in a fresh copy (timings aside)."""
-    apart = copy_workflow(scratch)
+    apart = copy_workflow(scratch, whole=True)
     run = subprocess.run(SNAKEMAKE + [f"{c.path}/result.json" for c in cells] + ["--cores", "1", "--config", "scale=tiny"],
                          cwd=apart, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

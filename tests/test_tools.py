@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from test_workflow import ROOT, SNAKEMAKE, copy_workflow
+from test_workflow import ROOT, SNAKEMAKE
+from workflow_copy import copy_workflow
 
 HIDDEN = {"pdflatex", "bibtex", "tectonic", "latex", "xelatex", "lualatex", "apt-get"}
 

@@ -25,7 +25,8 @@ from arrepro.search.plans import Plan
 from arrepro.search.rounds import Searches
 from arrepro.report.tables import render_table
 from arrepro.report.tex import tex_escape
-from test_workflow import ROOT, TARGETS, copy_workflow, edit_config, private_copy
+from test_workflow import ROOT, TARGETS, edit_config, private_copy
+from workflow_copy import copy_workflow
 
 BIN = Path(sys.executable).parent  # this environment's `snakemake` and `python`
 TASK = "results/data/mqar-L16-K2-V64-3640bf"  # the tiny scale's dataset

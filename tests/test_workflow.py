@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_copy import copy_workflow  # noqa: F401 (imported from here by other test files)
+from workflow_copy import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
