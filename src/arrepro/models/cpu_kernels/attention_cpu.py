@@ -11,7 +11,7 @@ Per batch element and head, with s = 1/sqrt(dh), in the input dtype:
     Y = P V    (ordered over every j: the zeros above the diagonal add nothing)
 
 ``exp`` is ``common.exp`` (the same bits on every machine). The backward pass recomputes P the same
-way (so from the same bits), then dP = dY V^T, dV = P^T dY, D_i = sum_{j<=i} P_ij dP_ij in order,
+way (so from the same bits), then dP = dY V^T, dV = P^T dY, D_i = sum_{j<=i} P_ij dP_ij in order (fused multiply-adds),
 dS_ij = P_ij (dP_ij - D_i) s (0 above the diagonal), dQ = dS K, dK = dS^T Q: every product an
 ordered sum (``linear_cpu._gemm``), every other step elementwise. Numerics: see ``common``.
 """
@@ -22,7 +22,7 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, exp
+from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, exp, fma
 from arrepro.models.cpu_kernels.linear_cpu import _gemm
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
@@ -101,7 +101,7 @@ def _attention_backward(q, k, v, gy, scale, gq, gk, gv, K):
                 n = i + 1
                 D = K[5]
                 for j in range(n):
-                    D += P[i, j] * dP[i, j]
+                    D = fma(P[i, j], dP[i, j], D)
                 for j in range(n):
                     dP[i, j] = P[i, j] * (dP[i, j] - D) * scale
                 for j in range(n, L):

@@ -8,14 +8,19 @@ in cache in one pass (decay, input, output together), and recompute in the backw
 batch element, what the forward pass did not store (cheaper here than writing and reading it).
 
 Numerics, chosen so that a kernel's result is the same bits on every x86-64 CPU:
-* code generated for the generic x86-64 target, with AVX2 where the CPU has it, never FMA (set by
-  the package's ``__init__`` before numba is imported), numba's default IEEE semantics (no
-  fastmath: no reassociation, no contraction), and a fixed order for every sum (each kernel's
-  docstring says which): the same bits from the SSE2 and the AVX2 build;
+* code generated for the generic x86-64 target, with AVX-512 or AVX2 and FMA where the CPU has
+  them, else plain SSE2 (set by the package's ``__init__`` before numba is imported), numba's
+  default IEEE semantics (no fastmath: no reassociation, no contraction of a multiply and an add
+  that the code does not fuse itself), and a fixed order for every sum (each kernel's docstring
+  says which): the same bits from every build;
+* fused multiply-adds only where written (``fma``: one rounding, by definition the same on every
+  IEEE machine; the FMA instruction where the build has it, the C library's exactly rounded
+  ``fmaf``/``fma`` where it does not);
 * an exp of our own (``exp``: Cody-Waite reduction by ln 2, a Taylor polynomial of degree 13 in
-  fp64 and 7 in fp32, exact scaling by 2^k; ~1 ulp), not libm's, whose variant depends on the CPU
-  and the C library; branch-free so that the loops around it vectorise. Its argument is clamped to
-  [-87, 88] (fp32) or [-708, 709] (fp64): a decay exp(-87) ~ 2e-38 is zero for every purpose;
+  fp64 and 7 in fp32 by Horner's rule in fused multiply-adds, exact scaling by 2^k; ~1 ulp), not
+  libm's, whose variant depends on the CPU and the C library; branch-free so that the loops around
+  it vectorise. Its argument is clamped to [-87, 88] (fp32) or [-708, 709] (fp64): a decay
+  exp(-87) ~ 2e-38 is zero for every purpose;
 * arithmetic in the input dtype (fp32 or fp64), constants passed in that dtype (``constants``),
   since numba promotes float32 with a Python float to float64.
 One thread (no ``parallel``): a cell runs on one core. Kernels that divide compile with
@@ -29,11 +34,14 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from arrepro.models.cpu_kernels import ISA
+from arrepro.models.cpu_kernels import ISA, VECTOR_BYTES
 
-_NAMES = {"": "x86-64 (SSE2)", ISA["avx2"]: "x86-64 + AVX2, no FMA"}
+_NAMES = {"sse2": "x86-64 (SSE2, FMA by the C library)", "avx2": "x86-64 + AVX2 + FMA",
+          "avx512": "x86-64 + AVX-512 + FMA"}
+BUILD = next((name for name, features in ISA.items() if features == numba.config.CPU_FEATURES), None)
 CODEGEN = (f"numba {numba.__version__}, {numba.config.CPU_NAME or 'host'} "
-           + _NAMES.get(numba.config.CPU_FEATURES, f"(features {numba.config.CPU_FEATURES!r})"))
+           + (_NAMES[BUILD] if BUILD else f"(features {numba.config.CPU_FEATURES!r})"))
+LANES32 = VECTOR_BYTES.get(BUILD, 32) // 4  # fp32 lanes of this build's vector registers
 
 
 def check_codegen() -> None:
@@ -43,6 +51,19 @@ def check_codegen() -> None:
         raise RuntimeError(f"numba was configured before arrepro.models.cpu_kernels was imported (CPU_NAME "
                            f"{numba.config.CPU_NAME!r}, features {numba.config.CPU_FEATURES!r}): its code "
                            "would depend on this CPU")
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """a * b + c rounded once (LLVM's llvm.fma), in the dtype of its three float arguments."""
+    if not (a == b == c and a in (types.float32, types.float64)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        fn = builder.module.declare_intrinsic("llvm.fma", [args[0].type])
+        return builder.call(fn, args)
+
+    return a(a, b, c), codegen
 
 
 _LN2 = 0.6931471805599453
@@ -99,7 +120,7 @@ def _poly_impl(r, K):
     def horner(r, K):
         p = K[first]
         for i in range(first + 1, 8 + _DEGREE + 1):
-            p = p * r + K[i]
+            p = fma(p, r, K[i])
         return p
     return horner
 
@@ -110,9 +131,9 @@ def exp(z, K):
     Branch-free, so that the loop around it vectorises."""
     z = K[3] if z < K[3] else z
     z = K[4] if z > K[4] else z
-    kr = (z * K[0] + K[6]) - K[6]  # round to nearest (even) by adding and removing 1.5 * 2^(mantissa bits)
+    kr = fma(z, K[0], K[6]) - K[6]  # z log2 e rounded to nearest (even): add and remove 1.5 * 2^(mantissa bits)
     k = np.int32(kr)
-    r = (z - kr * K[1]) - kr * K[2]  # |r| <= ln(2) / 2
+    r = fma(-kr, K[2], fma(-kr, K[1], z))  # |r| <= ln(2) / 2
     p = _poly(r, K)
     return p * _pow2(k, z)
 
@@ -159,7 +180,7 @@ def _log_series_impl(s2, K):
     def horner(s2, K):
         p = K[LOG + terms]
         for i in range(terms - 1, -1, -1):
-            p = p * s2 + K[LOG + i]
+            p = fma(p, s2, K[LOG + i])
         return p
     return horner
 
@@ -199,6 +220,29 @@ def striped_sum(P, K):
     for j in range(S):
         s += P[j]
     return s
+
+
+def fma_exact(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a * b + c rounded once, elementwise, computed apart from the kernels (what ``fma`` must give,
+    for self-checks): fp32 by fp64 arithmetic (the product is exact there; the sum's rounding error
+    is recovered exactly by Knuth's TwoSum and decides a halfway case of the rounding to fp32);
+    fp64 with exact rationals (slow: small arrays)."""
+    if a.dtype == np.float64:
+        from fractions import Fraction
+
+        flat = [float(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(a.ravel(), b.ravel(), c.ravel())]
+        return np.array(flat, dtype=np.float64).reshape(np.broadcast(a, b, c).shape)
+    p = a.astype(np.float64) * b.astype(np.float64)  # exact: 24 + 24 bits
+    c64 = c.astype(np.float64)
+    s = p + c64
+    bb = s - p
+    err = (p - (s - bb)) + (c64 - bb)  # p + c = s + err exactly
+    r = s.astype(np.float32)  # correct unless s lies exactly halfway between two fp32 and err is not 0
+    r64 = r.astype(np.float64)
+    other = np.nextafter(r, np.where(s > r64, np.float32(np.inf), np.float32(-np.inf)))
+    halfway = (s != r64) & (s - r64 == other.astype(np.float64) - s) & (err != 0)
+    toward_other = np.sign(err) == np.sign(other.astype(np.float64) - s)
+    return np.where(halfway & toward_other, other, r).astype(np.float32)
 
 
 def arrays(*ts):

@@ -6,7 +6,7 @@ each way: at the demo's sizes the calls cost as much as the arithmetic. ``arrepr
 decides when it runs (kernel ``mamba_cpu``) and records why not.
 
 Numerics, in the input dtype: the matrix products are ``linear_cpu``'s (each element an ordered
-sum, no FMA); the scan is ``selective_scan_cpu``'s; exp, SiLU's sigmoid and softplus's
+chain of fused multiply-adds); the scan is ``selective_scan_cpu``'s; exp, SiLU's sigmoid and softplus's
 log(1 + exp) are ``common``'s own; every other sum (the conv's taps in order, the parameter
 gradients over the rows in order) has a fixed order. So the same bits on every x86-64 CPU.
 The conv is ``short_conv_cpu``'s (the portable ``ShortConv``'s arithmetic order: tap k-1
@@ -19,7 +19,7 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from arrepro.models.cpu_kernels.common import CODEGEN, TWENTY, K, check_codegen, exp, sigmoid, softplus
+from arrepro.models.cpu_kernels.common import CODEGEN, TWENTY, K, check_codegen, exp, fma, sigmoid, softplus
 from arrepro.models.cpu_kernels.linear_cpu import _column_sums, _gemm, _weight_grad
 from arrepro.models.cpu_kernels.selective_scan_cpu import _s6_backward, _s6_forward
 from arrepro.models.cpu_kernels.short_conv_cpu import _conv, _conv_backward, silu_grad
@@ -73,7 +73,7 @@ def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, n
     y2 = ys.reshape(M, E)
     for i in range(M):
         for e in range(E):
-            y[i, e] = y2[i, e] + s[i, e] * Dp[e]
+            y[i, e] = fma(s[i, e], Dp[e], y2[i, e])
     if use_gate:
         for i in range(M):
             for e in range(E):
@@ -113,7 +113,7 @@ def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, u
     g_Dp[:] = 0
     for i in range(M):
         for e in range(E):
-            g_Dp[e] = g_Dp[e] + gy[i, e] * s[i, e]
+            g_Dp[e] = fma(gy[i, e], s[i, e], g_Dp[e])
     dt, A_t, Bm, Cm = _scan_inputs(dt_raw, A_log, xdbl, nb, L, R, K)
     d_dt = np.empty((nb, L, E), dtype=u.dtype)
     dA_t = np.zeros((N, E), dtype=u.dtype)
@@ -130,7 +130,7 @@ def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, u
     gs = ds.reshape(M, E)
     for i in range(M):
         for e in range(E):
-            gs[i, e] = gs[i, e] + gy[i, e] * Dp[e]
+            gs[i, e] = fma(gy[i, e], Dp[e], gs[i, e])
     # dt = softplus(dt_raw), dt_raw = r W_dt^T + b_dt
     g_dt_raw = d_dt.reshape(M, E)
     for i in range(M):

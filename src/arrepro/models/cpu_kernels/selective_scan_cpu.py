@@ -9,7 +9,7 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from arrepro.models.cpu_kernels.common import CODEGEN, K, S, arrays, check_codegen, exp, striped_sum
+from arrepro.models.cpu_kernels.common import CODEGEN, K, S, arrays, check_codegen, exp, fma, striped_sum
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
@@ -18,7 +18,8 @@ _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float
 def _s6_forward(dt, A_t, x, Bm, Cm, y, K):
     """y[b,t,e] = sum_n C[b,t,n] h[b,t,n,e],  h_t = exp(dt_t A[e]) * h_{t-1} + dt_t x_t B_t, with
     A_t = A transposed (N, E). One batch element at a time, its states (N x E) in cache; innermost
-    loops run over channels (contiguous, independent); each y[b,t,e] sums over n in order. Nothing
+    loops run over channels (contiguous, independent). In fused multiply-adds: h_t = fma(a_t,
+    h_{t-1}, (dt_t x_t) B_t), and y[b,t,e] the chain fma(h[n], C[n], .) over n in order. Nothing
     is stored for the backward pass."""
     nb, L, E = x.shape
     N = A_t.shape[0]
@@ -35,20 +36,21 @@ def _s6_forward(dt, A_t, x, Bm, Cm, y, K):
                 Bn = Bm[b, t, n]
                 Cn = Cm[b, t, n]
                 for e in range(E):
-                    hv = exp(dt[b, t, e] * A_t[n, e], K) * h[n, e] + u[e] * Bn
+                    hv = fma(exp(dt[b, t, e] * A_t[n, e], K), h[n, e], u[e] * Bn)
                     h[n, e] = hv
-                    acc[e] += hv * Cn
+                    acc[e] = fma(hv, Cn, acc[e])
             for e in range(E):
                 y[b, t, e] = acc[e]
 
+
 @njit(cache=True)
 def _s6_backward(dt, A_t, x, Bm, Cm, gy, d_dt, dA_t, dx, dB, dC, K):
-    """Gradients of ``_s6_forward``. Per batch element, its decays and states are recomputed into
-    (L + 1) x N x E buffers (in cache at the demo's sizes), then the adjoint
-    g_t = C_t gy_t + a_{t+1} g_{t+1} runs right to left. dA_t is accumulated (zeroed by the caller)
-    over b, then t from the end; dB and dC sum over channels through ``S`` stripes (channel e of
-    each run of S into partial sum e % S, in order of e; the S sums then added in order); dx and
-    d_dt sum over n in order."""
+    """Gradients of ``_s6_forward``. Per batch element, its decays and states are recomputed (the
+    same bits) into (L + 1) x N x E buffers (in cache at the demo's sizes), then the adjoint
+    g_t = fma(gy_t, C_t, a_{t+1} g_{t+1}) runs right to left. dA_t is accumulated (zeroed by the
+    caller) over b, then t from the end; dB and dC sum over channels through ``S`` stripes
+    (channel e of each run of S into partial sum e % S, in order of e; the S sums then added in
+    order); dx and d_dt sum over n in order; every accumulation a fused multiply-add."""
     nb, L, E = x.shape
     N = A_t.shape[0]
     H = np.zeros((L + 1, N, E), dtype=x.dtype)  # H[t + 1] = h_t; H[0] = h_{-1} = 0
@@ -69,7 +71,7 @@ def _s6_backward(dt, A_t, x, Bm, Cm, gy, d_dt, dA_t, dx, dB, dC, K):
                 for e in range(E):
                     a = exp(dt[b, t, e] * A_t[n, e], K)
                     D[t, n, e] = a
-                    H[t + 1, n, e] = a * H[t, n, e] + u[e] * Bn
+                    H[t + 1, n, e] = fma(a, H[t, n, e], u[e] * Bn)
         g[:, :] = K[5]
         for t in range(L - 1, -1, -1):
             for e in range(E):
@@ -80,29 +82,30 @@ def _s6_backward(dt, A_t, x, Bm, Cm, gy, d_dt, dA_t, dx, dB, dC, K):
                 Bn = Bm[b, t, n]
                 Cn = Cm[b, t, n]
                 for e in range(E):
-                    gn = g[n, e] + gy[b, t, e] * Cn  # dL/dh_t
-                    du[e] += gn * Bn
+                    gn = fma(gy[b, t, e], Cn, g[n, e])  # dL/dh_t
+                    du[e] = fma(gn, Bn, du[e])
                     q = gn * D[t, n, e] * H[t, n, e]  # dL/d(dt_t A[e, n])
-                    dA_t[n, e] += q * dt[b, t, e]
-                    dd[e] += q * A_t[n, e]
+                    dA_t[n, e] = fma(q, dt[b, t, e], dA_t[n, e])
+                    dd[e] = fma(q, A_t[n, e], dd[e])
                     g[n, e] = gn
                 for j in range(S):
                     PB[j] = K[5]
                     PC[j] = K[5]
                 for e0 in range(0, ES, S):
                     for j in range(S):
-                        PC[j] += gy[b, t, e0 + j] * H[t + 1, n, e0 + j]
-                        PB[j] += g[n, e0 + j] * u[e0 + j]
+                        PC[j] = fma(gy[b, t, e0 + j], H[t + 1, n, e0 + j], PC[j])
+                        PB[j] = fma(g[n, e0 + j], u[e0 + j], PB[j])
                 for e in range(ES, E):
-                    PC[e - ES] += gy[b, t, e] * H[t + 1, n, e]
-                    PB[e - ES] += g[n, e] * u[e]
+                    PC[e - ES] = fma(gy[b, t, e], H[t + 1, n, e], PC[e - ES])
+                    PB[e - ES] = fma(g[n, e], u[e], PB[e - ES])
                 dC[b, t, n] = striped_sum(PC, K)
                 dB[b, t, n] = striped_sum(PB, K)
                 for e in range(E):
                     g[n, e] *= D[t, n, e]  # carried to h_{t-1}
             for e in range(E):
-                d_dt[b, t, e] = dd[e] + du[e] * x[b, t, e]
+                d_dt[b, t, e] = fma(du[e], x[b, t, e], dd[e])
                 dx[b, t, e] = du[e] * dt[b, t, e]
+
 
 class _S6(torch.autograd.Function):
     @staticmethod

@@ -5,11 +5,11 @@ bias, the activation, and their backward). ``arrepro.models.kernels`` decides wh
 (kernel ``short_conv_cpu``) and records why not. The fused Mamba mixer (``mamba_cpu``) uses the
 same loops.
 
-    y[b, t, e] = ((x[b, t-k+1, e] w[e, 0] + x[b, t-k+2, e] w[e, 1]) + ... + x[b, t, e] w[e, k-1]) + bias[e]
+    y[b, t, e] = fma(x[b, t, e], w[e, k-1], ... fma(x[b, t-k+2, e], w[e, 1], x[b, t-k+1, e] w[e, 0]) ...) + bias[e]
 
 zeros before the sequence (tap k-1 multiplies the current step, as in the portable path), then
 SiLU if asked (``common.sigmoid``). The input gradient sums the taps in order, the weight and
-bias gradients the rows (b, t) in order. Numerics: see ``common``.
+bias gradients the rows (b, t) in order, each term a fused multiply-add. Numerics: see ``common``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, sigmoid
+from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, fma, sigmoid
 from arrepro.models.cpu_kernels.linear_cpu import _column_sums
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
@@ -37,7 +37,7 @@ def _conv(x, w, bias, use_bias, nb, L, out):
             for j in range(1, k):
                 src = t - k + 1 + j
                 for e in range(E):
-                    out[row, e] = out[row, e] + (x[b * L + src, e] if src >= 0 else zero) * w[e, j]
+                    out[row, e] = fma(x[b * L + src, e] if src >= 0 else zero, w[e, j], out[row, e])
             if use_bias:
                 for e in range(E):
                     out[row, e] = out[row, e] + bias[e]
@@ -45,8 +45,8 @@ def _conv(x, w, bias, use_bias, nb, L, out):
 
 @njit(cache=True, error_model="numpy")
 def _conv_backward(g, x, w, nb, L, gx, gw, gb, use_bias):
-    """The gradients of ``_conv`` for g = dL/dout (before any activation): gx[t] = sum over taps j
-    in order of w[j] g[t + k-1-j]; gw[e, j] and gb[e] sums over the rows in order."""
+    """The gradients of ``_conv`` for g = dL/dout (before any activation): gx[t] = the chain over
+    taps j in order of fma(w[j], g[t + k-1-j], .); gw[e, j] and gb[e] sums over the rows in order."""
     E, k = w.shape
     zero = x[0, 0] * 0
     for b in range(nb):
@@ -58,7 +58,7 @@ def _conv_backward(g, x, w, nb, L, gx, gw, gb, use_bias):
                 dst = t + k - 1 - j
                 if dst < L:
                     for e in range(E):
-                        gx[row, e] = gx[row, e] + w[e, j] * g[b * L + dst, e]
+                        gx[row, e] = fma(w[e, j], g[b * L + dst, e], gx[row, e])
     gw[:, :] = 0
     for b in range(nb):
         for t in range(L):
@@ -67,7 +67,7 @@ def _conv_backward(g, x, w, nb, L, gx, gw, gb, use_bias):
                 src = t - k + 1 + j
                 if src >= 0:
                     for e in range(E):
-                        gw[e, j] = gw[e, j] + g[row, e] * x[b * L + src, e]
+                        gw[e, j] = fma(g[row, e], x[b * L + src, e], gw[e, j])
     if use_bias:
         _column_sums(g, gb)
 
