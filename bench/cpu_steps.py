@@ -128,7 +128,7 @@ def peak() -> dict:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    from arrepro.models.cpu_kernels.common import CODEGEN, LANES32
+    from arrepro.models.cpu_kernels.common import CODEGEN, LANES32, llvm_fma
 
     chains = 12
 
@@ -136,7 +136,7 @@ def peak() -> dict:
     def _fmas(typingctx, n):
         def codegen(context, builder, sig, args):
             vec = ir.VectorType(ir.FloatType(), LANES32)
-            fma = builder.module.declare_intrinsic("llvm.fma", [vec])
+            fma = llvm_fma(builder, vec)
             m, a = ir.Constant(vec, [0.999999] * LANES32), ir.Constant(vec, [1e-7] * LANES32)
             acc = [cgutils.alloca_once_value(builder, ir.Constant(vec, [1.0 + i * 1e-3] * LANES32)) for i in range(chains)]
             with cgutils.for_range(builder, args[0]):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -162,12 +163,17 @@ if "scan" in sys.argv:
     dt, A, x, Bm, Cm = args
     y = k.selective_scan(x, dt, A, Bm, Cm)
     out["scan"] = digest(y, *grads_of(y, args))
-if "linear" in sys.argv:  # 131 rows (odd), 45 columns: a 32-wide tile, an 8-wide one, 5 scalar
+if "linear" in sys.argv:
+    # 131 rows (odd), 45 columns: 2-vector, 1-vector and scalar columns on every build; 300 rows and
+    # a sum over 300 inputs: two blocks of the sum over k (KC 256), in the product and in the gradients
     from arrepro.models.cpu_kernels import linear_cpu as k
-    args = [torch.randn(131, 37, generator=g), torch.randn(45, 37, generator=g), torch.randn(45, generator=g)]
-    args = [a.requires_grad_() for a in args]
-    y = k.linear(*args)
-    out["linear"] = digest(y, *grads_of(y, args))
+    hashes = []
+    for M, K, N in ((131, 37, 45), (300, 37, 45), (131, 300, 53)):
+        args = [torch.randn(M, K, generator=g), torch.randn(N, K, generator=g), torch.randn(N, generator=g)]
+        args = [a.requires_grad_() for a in args]
+        y = k.linear(*args)
+        hashes.append(digest(y, *grads_of(y, args)))
+    out["linear"] = hashlib.sha256(" ".join(hashes).encode()).hexdigest()
 if "attention" in sys.argv:  # two heads, length 11, strided inputs
     from arrepro.models.cpu_kernels import attention_cpu as k
     args = [torch.randn(2, 11, 2, 5, generator=g).transpose(1, 2).requires_grad_() for _ in range(3)]
@@ -197,29 +203,93 @@ for name, h in out.items():
 KERNELS = ["scan", "linear", "attention", "short_conv", "mamba"]
 
 
+BUILDS = ["sse2", "avx2"] + (["avx512"] if numerics.cpu_description()["avx512f"] else [])
+
+
+def fused_bits(isa: str, names: list[str]) -> tuple[str, dict]:
+    """The build's description and the digest of each named kernel's outputs and gradients, from a
+    fresh process whose numba builds the kernels for ``isa`` ("host": numba's own default target,
+    numba imported first)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=str(ROOT / "src"), ARREPRO_CPU_KERNEL_ISA=isa)
+    code = FUSED_BITS if isa != "host" else "import numba\n" + FUSED_BITS  # numba first: host target
+    p = subprocess.run([sys.executable, "-c", code, *names], env=env, capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    return lines[0], dict(line.split() for line in lines[1:])
+
+
 @needs_avx2
 @pytest.mark.slow
-def test_fused_cpu_kernels_give_the_same_bits_from_their_sse2_and_avx2_builds():
+def test_fused_cpu_kernels_give_the_same_bits_from_every_build():
     """Every fused CPU kernel (the scan, the linear layer, attention, the short conv, the Mamba
-    mixer) compiled for plain x86-64 (SSE2, what a CPU without AVX2 runs: 4 lanes) and with AVX2
-    (what this one and every AVX-512 CPU runs: 8 lanes, the same instructions everywhere) gives
-    the same output and gradient bits: no FMA, no reassociation, sums in a fixed order, its own
-    exp and log. A build of the scan for this CPU's own features (numba's default target, FMA
-    available) runs too and says whether it differs (printed: LLVM contracts nothing without a
-    fast-math flag, so here it does not; the generic target does not rely on that)."""
-    out = {}
-    for isa in ("sse2", "avx2", "host"):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
-        env.update(PYTHONPATH=str(ROOT / "src"), ARREPRO_CPU_KERNEL_ISA=isa)
-        code = FUSED_BITS if isa != "host" else "import numba\n" + FUSED_BITS  # numba first: host target
-        names = KERNELS if isa != "host" else ["scan"]
-        p = subprocess.run([sys.executable, "-c", code, *names], env=env, capture_output=True, text=True, timeout=900)
-        assert p.returncode == 0, p.stderr
-        lines = p.stdout.splitlines()
-        out[isa] = (lines[0], dict(line.split() for line in lines[1:]))
-    assert "(SSE2)" in out["sse2"][0] and "AVX2, no FMA" in out["avx2"][0] and " host " in out["host"][0]
+    mixer) compiled for plain x86-64 (SSE2, what a CPU without AVX2 and FMA runs: 4 lanes, each
+    fused multiply-add a call of the C library's exactly rounded fmaf), with AVX2 and FMA (8 lanes,
+    the FMA instruction) and, where this CPU has it, with AVX-512 (16 lanes) gives the same output
+    and gradient bits: no reassociation, sums in a fixed order, fused multiply-adds only where the
+    code writes them (each rounded once, whatever computes it), its own exp and log. A build of
+    the scan for this CPU's own features (numba's default target) runs too and must agree: LLVM
+    contracts no multiply and add of its own without a fast-math flag."""
+    out = {isa: fused_bits(isa, KERNELS) for isa in BUILDS}
+    out["host"] = fused_bits("host", ["scan"])
+    assert "(SSE2" in out["sse2"][0] and "AVX2 + FMA" in out["avx2"][0] and " host " in out["host"][0]
+    assert "avx512" not in out or "AVX-512 + FMA" in out["avx512"][0]
     assert sorted(out["sse2"][1]) == sorted(KERNELS)
-    for name in KERNELS:
-        assert out["sse2"][1][name] == out["avx2"][1][name], f"the SSE2 and AVX2 builds of {name} differ"
-    print("host build of the scan (FMA allowed):", "same bits" if out["host"][1]["scan"] == out["avx2"][1]["scan"]
-          else "other bits")
+    for isa in BUILDS[1:]:
+        for name in KERNELS:
+            assert out[isa][1][name] == out["sse2"][1][name], f"the {isa} and SSE2 builds of {name} differ"
+    assert out["host"][1]["scan"] == out["sse2"][1]["scan"], "the host build of the scan differs"
+
+
+def _round_to_fp32(q) -> np.float32:
+    """The fp32 nearest the rational q (ties to even), by exact comparisons."""
+    from fractions import Fraction
+
+    r = np.float32(float(q))
+    near = [r, np.nextafter(r, np.float32(np.inf)), np.nextafter(r, np.float32(-np.inf))]
+    return min(near, key=lambda v: (abs(Fraction(float(v)) - q), int(np.array(v).view(np.int32)) & 1))
+
+
+def test_the_reference_fused_multiply_add_rounds_once():
+    """common.fma_exact (the fp32 reference the fused kernels are checked against) is a * b + c
+    rounded once, also where rounding the fp64 sum to fp32 would round twice: (1 + 2^-12)^2 is
+    halfway between two fp32 numbers, and 2^-70 more must round it up."""
+    from fractions import Fraction
+
+    from arrepro.models.cpu_kernels.common import fma_exact
+
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(2000).astype(np.float32) * s for s in (1.0, 3.0, 0.01))
+    a[:2], b[:2], c[:2] = np.float32(1 + 2**-12), np.float32(1 + 2**-12), (np.float32(2**-70), np.float32(-2**-70))
+    got = fma_exact(a, b, c)
+    want = [_round_to_fp32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))) for x, y, z in zip(a, b, c)]
+    assert np.array_equal(got, np.array(want, dtype=np.float32))
+    assert got[0] == np.float32(1 + 2**-11 + 2**-23) and got[1] == np.float32(1 + 2**-11)
+    assert np.float32(float(a[0]) * float(b[0]) + float(c[0])) == np.float32(1 + 2**-11)  # twice rounded: wrong
+
+
+def test_the_fused_linear_product_is_a_chain_of_fused_multiply_adds():
+    """linear_cpu's product, its gradients included, on every path of its blocked GEMM (tiles of
+    MR rows and the edges', 2-vector, 1-vector and scalar columns, the sum over k in blocks of KC:
+    27 x 300 @ 300 x 53) is bit for bit the chain over k in order of exactly rounded fused
+    multiply-adds (then the bias), and that chain is not the unfused one."""
+    from arrepro.models.cpu_kernels import linear_cpu
+    from arrepro.models.cpu_kernels.common import fma_exact
+
+    g = torch.Generator().manual_seed(1)
+    M, K, N = 27, linear_cpu.KC + 44, 53
+    x, w, b = (torch.randn(*s, generator=g) for s in ((M, K), (N, K), (N,)))
+    y = linear_cpu._Linear.apply(x, w, b).numpy()  # the kernel itself (below MIN_ROWS too)
+    X, W = x.numpy(), w.numpy()
+    fused = unfused = np.zeros((M, N), dtype=np.float32)
+    for k in range(K):
+        xk, wk = np.broadcast_to(X[:, k:k + 1], (M, N)), np.broadcast_to(W[:, k][None, :], (M, N))
+        fused, unfused = fma_exact(xk, wk, fused), unfused + xk * wk
+    assert np.array_equal(y, fused + b.numpy()[None, :])
+    assert not np.array_equal(fused, unfused)
+    # the gradients: the same chains, over the rows for the weight's
+    gy = torch.randn(M, N, generator=g)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    gx, gw = torch.autograd.grad(linear_cpu._Linear.apply(xg, wg, None), (xg, wg), gy)
+    assert np.array_equal(gx.numpy(), linear_cpu.reference(gy.numpy(), np.ascontiguousarray(W.T)))
+    assert np.array_equal(gw.numpy(), linear_cpu.reference(np.ascontiguousarray(gy.numpy().T), np.ascontiguousarray(X.T)))

@@ -52,7 +52,7 @@ def _probabilities(Qc, Kt, scale, S, P, K):
             S[i, j] = S[i, j] * scale
             m = max(m, S[i, j])
         for j in range(n):
-            S[i, j] = exp(S[i, j] - m, K)
+            S[i, j] = exp(S[i, j] - m)
         total = K[5]
         for j in range(n):
             total += S[i, j]

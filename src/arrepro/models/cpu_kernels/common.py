@@ -31,14 +31,17 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from arrepro.models.cpu_kernels import ISA, VECTOR_BYTES
 
 _NAMES = {"sse2": "x86-64 (SSE2, FMA by the C library)", "avx2": "x86-64 + AVX2 + FMA",
           "avx512": "x86-64 + AVX-512 + FMA"}
-BUILD = next((name for name, features in ISA.items() if features == numba.config.CPU_FEATURES), None)
+BUILD = next((name for name, features in ISA.items()  # None: numba was set up before this package
+              if numba.config.CPU_NAME == "generic" and features == numba.config.CPU_FEATURES), None)
 CODEGEN = (f"numba {numba.__version__}, {numba.config.CPU_NAME or 'host'} "
            + (_NAMES[BUILD] if BUILD else f"(features {numba.config.CPU_FEATURES!r})"))
 LANES32 = VECTOR_BYTES.get(BUILD, 32) // 4  # fp32 lanes of this build's vector registers
@@ -53,15 +56,24 @@ def check_codegen() -> None:
                            "would depend on this CPU")
 
 
+def llvm_fma(builder, ty):
+    """LLVM's ``llvm.fma`` for the float or float-vector IR type ``ty``, declared in the builder's module."""
+    elem = ty.element if isinstance(ty, ir.VectorType) else ty
+    name = "f32" if isinstance(elem, ir.FloatType) else "f64"
+    if isinstance(ty, ir.VectorType):
+        name = f"v{ty.count}{name}"
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty] * 3), f"llvm.fma.{name}")
+
+
 @intrinsic
 def fma(typingctx, a, b, c):
-    """a * b + c rounded once (LLVM's llvm.fma), in the dtype of its three float arguments."""
-    if not (a == b == c and a in (types.float32, types.float64)):
+    """a * b + c rounded once (LLVM's llvm.fma), in the type of its three arguments: fp32, fp64, or
+    a vector of them (``simd.Vec``: every lane)."""
+    if not (a == b == c and (a in (types.float32, types.float64) or getattr(a, "float_vector", False))):
         return None
 
     def codegen(context, builder, sig, args):
-        fn = builder.module.declare_intrinsic("llvm.fma", [args[0].type])
-        return builder.call(fn, args)
+        return builder.call(llvm_fma(builder, args[0].type), args)
 
     return a(a, b, c), codegen
 
@@ -90,54 +102,56 @@ def constants(dtype) -> np.ndarray:
 TWENTY, LOG = 9 + _DEGREE, 10 + _DEGREE  # indices into constants()
 
 
+def exp_ir(builder, z):
+    """The LLVM IR of ``exp`` on z: a float, a double, or a vector of either (every lane the same
+    arithmetic; ``simd.vexp``). Cody-Waite: k = round(z log2 e) (by adding and removing 1.5 *
+    2^(mantissa bits)), r = z - k ln 2 in two fused steps (|r| <= ln(2) / 2), a Taylor polynomial
+    by Horner's rule in fused multiply-adds (degree 13 in fp64, 7 in fp32), times 2^k by its
+    exponent bits; z clamped first (``constants``)."""
+    ty = z.type
+    vector = isinstance(ty, ir.VectorType)
+    elem = ty.element if vector else ty
+    fp32 = isinstance(elem, ir.FloatType)
+    K = constants(np.float32 if fp32 else np.float64)
+
+    def c(v):
+        return ir.Constant(ty, [float(v)] * ty.count) if vector else ir.Constant(ty, float(v))
+
+    def ints(bits):
+        it = ir.IntType(bits)
+        return (ir.VectorType(it, ty.count) if vector else it), (lambda v: ir.Constant(ir.VectorType(it, ty.count), [v] * ty.count)
+                                                                 if vector else ir.Constant(it, v))
+
+    fma = llvm_fma(builder, ty)
+    z = builder.select(builder.fcmp_ordered("<", z, c(K[3])), c(K[3]), z)
+    z = builder.select(builder.fcmp_ordered(">", z, c(K[4])), c(K[4]), z)
+    kr = builder.fsub(builder.call(fma, [z, c(K[0]), c(K[6])]), c(K[6]))
+    i32, _ = ints(32)
+    k = builder.fptosi(kr, i32)
+    nkr = builder.fneg(kr)
+    r = builder.call(fma, [nkr, c(K[2]), builder.call(fma, [nkr, c(K[1]), z])])
+    first = 8 + _DEGREE - 7 if fp32 else 8
+    p = c(K[first])
+    for i in range(first + 1, 8 + _DEGREE + 1):
+        p = builder.call(fma, [p, r, c(K[i])])
+    ity, const = ints(32 if fp32 else 64)
+    bias, shift = (127, 23) if fp32 else (1023, 52)
+    e = builder.add(k if fp32 else builder.sext(k, ity), const(bias))
+    return builder.fmul(p, builder.bitcast(builder.shl(e, const(shift)), ty))
+
+
 @intrinsic
-def _pow2(typingctx, k, like):
-    """2.0 ** k (an int32 within the normal range) in the float type of ``like``: the exponent
-    bits, bit-cast (an LLVM bitcast: no memory, no call)."""
-    if like == types.float32:
-        ity, bias, shift = types.int32, 127, 23
-    elif like == types.float64:
-        ity, bias, shift = types.int64, 1023, 52
-    else:
+def exp(typingctx, z):
+    """exp(z) to ~1 ulp in z's dtype (fp32 or fp64), the same bits on every IEEE machine
+    (``exp_ir``); z clamped to [-87, 88] (fp32) or [-708, 709] (fp64). Branch-free, so that the
+    loop around it vectorises."""
+    if z not in (types.float32, types.float64):
         return None
 
     def codegen(context, builder, sig, args):
-        lty = context.get_value_type(ity)
-        e = builder.add(builder.sext(args[0], lty) if ity == types.int64 else args[0], lty(bias))
-        return builder.bitcast(builder.shl(e, lty(shift)), context.get_value_type(like))
+        return exp_ir(builder, args[0])
 
-    return like(types.int32, like), codegen
-
-
-def _poly(r, K):
-    """Horner's sum of the Taylor coefficients K[8:] in r: degree 13 in fp64, the last 8 (degree 7) in fp32."""
-
-
-@overload(_poly, jit_options={"cache": True}, inline="always")
-def _poly_impl(r, K):
-    first = 8 + _DEGREE - 7 if r == types.float32 else 8
-
-    def horner(r, K):
-        p = K[first]
-        for i in range(first + 1, 8 + _DEGREE + 1):
-            p = fma(p, r, K[i])
-        return p
-    return horner
-
-
-@njit(cache=True, inline="always")
-def exp(z, K):
-    """exp(z) to ~1 ulp in z's dtype, the same bits on every IEEE machine; z clamped to K[3:5].
-    Branch-free, so that the loop around it vectorises."""
-    z = K[3] if z < K[3] else z
-    z = K[4] if z > K[4] else z
-    kr = fma(z, K[0], K[6]) - K[6]  # z log2 e rounded to nearest (even): add and remove 1.5 * 2^(mantissa bits)
-    k = np.int32(kr)
-    r = fma(-kr, K[2], fma(-kr, K[1], z))  # |r| <= ln(2) / 2
-    p = _poly(r, K)
-    return p * _pow2(k, z)
-
-
+    return z(z), codegen
 
 
 @intrinsic
@@ -200,28 +214,17 @@ def log1p_pos(y, K):
 @njit(cache=True, inline="always")
 def sigmoid(x, K):
     """1 / (1 + exp(-x)), with ``exp``."""
-    return K[7] / (K[7] + exp(-x, K))
+    return K[7] / (K[7] + exp(-x))
 
 
 @njit(cache=True, inline="always")
 def softplus(x, K):
     """torch's softplus (beta 1, threshold 20): x above 20, else log(1 + exp(x)) by ``log1p_pos``."""
-    v = log1p_pos(exp(x if x < K[TWENTY] else K[TWENTY], K), K)  # computed either way: a select, not a branch
+    v = log1p_pos(exp(x if x < K[TWENTY] else K[TWENTY]), K)  # computed either way: a select, not a branch
     return x if x > K[TWENTY] else v
 
 
 K = {np.dtype(np.float32): constants(np.float32), np.dtype(np.float64): constants(np.float64)}
-S = 8  # stripes of a sum over channels: channel e adds into partial sum e % S; the S sums are added in order
-
-
-@njit(cache=True, inline="always")
-def striped_sum(P, K):
-    s = K[5]
-    for j in range(S):
-        s += P[j]
-    return s
-
-
 def fma_exact(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """a * b + c rounded once, elementwise, computed apart from the kernels (what ``fma`` must give,
     for self-checks): fp32 by fp64 arithmetic (the product is exact there; the sum's rounding error

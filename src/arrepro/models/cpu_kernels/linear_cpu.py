@@ -33,7 +33,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from torch.autograd.function import once_differentiable
 
-from arrepro.models.cpu_kernels.common import CODEGEN, LANES32, check_codegen, fma, fma_exact
+from arrepro.models.cpu_kernels.common import CODEGEN, LANES32, check_codegen, fma, fma_exact, llvm_fma
 
 # the tiles: MR rows x 2 vectors of fp32 columns (the rows of the edges: powers of two below MR)
 VECTOR_BYTES = LANES32 * 4
@@ -61,7 +61,7 @@ def _make_tile(rows: int, nvec: int):
             fty = context.get_value_type(aty.dtype)
             lanes = VECTOR_BYTES // context.get_abi_sizeof(fty)
             vec = ir.VectorType(fty, lanes)
-            fma_v = builder.module.declare_intrinsic("llvm.fma", [vec])
+            fma_v = llvm_fma(builder, vec)
             intp = context.get_value_type(types.intp)
             size = intp(context.get_abi_sizeof(fty))
             bytep = ir.IntType(8).as_pointer()
@@ -86,7 +86,7 @@ def _make_tile(rows: int, nvec: int):
                         for v in range(nvec):
                             builder.store(builder.load(vec_at("c", builder.add(crow[r], col[v])), align=1), acc[r][v])
             splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-            with cgutils.for_range_slice(builder, k0, k1, intp=intp) as (k, _):
+            with cgutils.for_range_slice(builder, k0, k1, intp(1), intp=intp) as (k, _):
                 brow = builder.mul(k, b_st[0])
                 bk = [builder.load(vec_at("b", builder.add(brow, col[v])), align=1) for v in range(nvec)]
                 ak = builder.mul(k, a_st[1])
@@ -157,6 +157,33 @@ def _rows(A, B, C, bias, first, last, i0, i1, j0, k0, k1, wide):
             _W1d(A, B, C, bias, first, last, i, j0, k0, k1)
 
 
+@njit(cache=True, inline="always")
+def _column(A, B, C, bias, first, last, i0, i1, j, k0, k1):
+    """Column j of C at rows i0..i1 (a column right of the vector tiles), the same chains in scalars:
+    four rows at a time (four independent chains: not one fma's latency a step)."""
+    zero = np.zeros(1, dtype=C.dtype)[0]
+    i = i0
+    while i + 4 <= i1:
+        s0, s1, s2, s3 = (zero, zero, zero, zero) if first else (C[i, j], C[i + 1, j], C[i + 2, j], C[i + 3, j])
+        for k in range(k0, k1):
+            b = B[k, j]
+            s0 = fma(A[i, k], b, s0)
+            s1 = fma(A[i + 1, k], b, s1)
+            s2 = fma(A[i + 2, k], b, s2)
+            s3 = fma(A[i + 3, k], b, s3)
+        if last:
+            s0, s1, s2, s3 = s0 + bias[j], s1 + bias[j], s2 + bias[j], s3 + bias[j]
+        C[i, j], C[i + 1, j], C[i + 2, j], C[i + 3, j] = s0, s1, s2, s3
+        i += 4
+    for r in range(i, i1):
+        s = zero if first else C[r, j]
+        for k in range(k0, k1):
+            s = fma(A[r, k], B[k, j], s)
+        if last:
+            s = s + bias[j]
+        C[r, j] = s
+
+
 @njit(cache=True)
 def _gemm(A, B, C, bias, use_bias):
     """C = A @ B (+ bias), each element the chain of the module docstring. A (M, K) with any
@@ -184,14 +211,8 @@ def _gemm(A, B, C, bias, use_bias):
                 _rows(A, B, C, bias, first, last, i0, i1, j0, k0, k1, True)
             if NW < NV:
                 _rows(A, B, C, bias, first, last, i0, i1, NW, k0, k1, False)
-            for i in range(i0, i1):
-                for j in range(NV, N):
-                    s = zero if first else C[i, j]
-                    for k in range(k0, k1):
-                        s = fma(A[i, k], B[k, j], s)
-                    if last:
-                        s = s + bias[j]
-                    C[i, j] = s
+            for j in range(NV, N):
+                _column(A, B, C, bias, first, last, i0, i1, j, k0, k1)
 
 
 @njit(cache=True)

@@ -28,29 +28,25 @@ _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float
 
 
 @njit(cache=True, error_model="numpy")
-def _scan_inputs(dt_raw, A_log, xdbl, nb, L, R, K):
-    """The scan's dt = softplus(dt_raw) (nb L, E), A^T = -exp(A_log)^T (N, E), and B, C (nb, L, N)
-    from xdbl = [r, B, C]: the forward pass computes them, the backward pass again (the same bits)."""
-    M, E = dt_raw.shape
-    N = A_log.shape[1]
-    dt = np.empty((M, E), dtype=dt_raw.dtype)
-    for i in range(M):
-        for e in range(E):
-            dt[i, e] = softplus(dt_raw[i, e], K)
-    A_t = np.empty((N, E), dtype=dt_raw.dtype)
+def _scan_inputs(A_log, xdbl, nb, L, R):
+    """The scan's A^T = -exp(A_log)^T (N, E), and B, C (nb, L, N) from xdbl = [r, B, C]: the
+    forward pass computes them, the backward pass again (the same bits)."""
+    E, N = A_log.shape
+    A_t = np.empty((N, E), dtype=A_log.dtype)
     for e in range(E):
         for n in range(N):
-            A_t[n, e] = -exp(A_log[e, n], K)
+            A_t[n, e] = -exp(A_log[e, n])
     Bm = np.ascontiguousarray(xdbl[:, R:R + N]).reshape(nb, L, N)
     Cm = np.ascontiguousarray(xdbl[:, R + N:]).reshape(nb, L, N)
-    return dt, A_t, Bm, Cm
+    return A_t, Bm, Cm
 
 
 @njit(cache=True, error_model="numpy")
 def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, nb, L, use_conv, use_gate,
-                   xz, xc, s, xdbl, dt_raw, y, yg, out, K):
+                   xz, xc, s, xdbl, dt_raw, dt, y, yg, out, K):
     """The forward pass (module docstring); fills the saved arrays xz, xc (conv output, or x),
-    s = silu(xc), xdbl, dt_raw, y (scan + D skip) and yg (gated), and out. Rows: nb L."""
+    s = silu(xc), xdbl, dt_raw, dt = softplus(dt_raw), y (scan + D skip) and yg (gated), and out.
+    Rows: nb L."""
     E, N = A_log.shape
     R = W_dt.shape[1]
     M = u.shape[0]
@@ -67,9 +63,12 @@ def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, n
             s[i, e] = v * sigmoid(v, K)
     _gemm(s, np.ascontiguousarray(W_x.T), xdbl, none, False)
     _gemm(xdbl[:, :R], np.ascontiguousarray(W_dt.T), dt_raw, b_dt, True)
-    dt, A_t, Bm, Cm = _scan_inputs(dt_raw, A_log, xdbl, nb, L, R, K)
+    for i in range(M):
+        for e in range(E):
+            dt[i, e] = softplus(dt_raw[i, e], K)
+    A_t, Bm, Cm = _scan_inputs(A_log, xdbl, nb, L, R)
     ys = np.empty((nb, L, E), dtype=u.dtype)
-    _s6_forward(dt.reshape(nb, L, E), A_t, s.reshape(nb, L, E), Bm, Cm, ys, K)
+    _s6_forward(dt.reshape(nb, L, E), A_t, s.reshape(nb, L, E), Bm, Cm, ys)
     y2 = ys.reshape(M, E)
     for i in range(M):
         for e in range(E):
@@ -86,7 +85,7 @@ def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, n
 
 @njit(cache=True, error_model="numpy")
 def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, use_conv, use_gate,
-                    xz, xc, s, xdbl, dt_raw, y, yg,
+                    xz, xc, s, xdbl, dt_raw, dt, y, yg,
                     g_u, g_W_in, g_conv_w, g_conv_b, g_W_x, g_W_dt, g_b_dt, g_A_log, g_Dp, g_W_out, K):
     """The gradients of ``_mamba_forward`` with respect to u and every parameter."""
     E, N = A_log.shape
@@ -114,14 +113,14 @@ def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, u
     for i in range(M):
         for e in range(E):
             g_Dp[e] = fma(gy[i, e], s[i, e], g_Dp[e])
-    dt, A_t, Bm, Cm = _scan_inputs(dt_raw, A_log, xdbl, nb, L, R, K)
+    A_t, Bm, Cm = _scan_inputs(A_log, xdbl, nb, L, R)
     d_dt = np.empty((nb, L, E), dtype=u.dtype)
     dA_t = np.zeros((N, E), dtype=u.dtype)
     ds = np.empty((nb, L, E), dtype=u.dtype)
     g_xdbl = np.empty((M, R + 2 * N), dtype=u.dtype)
     dB = np.empty((nb, L, N), dtype=u.dtype)
     dC = np.empty((nb, L, N), dtype=u.dtype)
-    _s6_backward(dt.reshape(nb, L, E), A_t, s.reshape(nb, L, E), Bm, Cm, gy.reshape(nb, L, E), d_dt, dA_t, ds, dB, dC, K)
+    _s6_backward(dt.reshape(nb, L, E), A_t, s.reshape(nb, L, E), Bm, Cm, gy.reshape(nb, L, E), d_dt, dA_t, ds, dB, dC)
     g_xdbl[:, R:R + N] = dB.reshape(M, N)
     g_xdbl[:, R + N:] = dC.reshape(M, N)
     for e in range(E):  # A = -exp(A_log): dA / dA_log = A
@@ -174,25 +173,25 @@ class _Mamba(torch.autograd.Function):
         xz = torch.empty(M, W_in.shape[0], dtype=dtype)
         saved = [torch.empty(M, E, dtype=dtype) for _ in range(2)]  # xc, s
         xdbl = torch.empty(M, W_x.shape[0], dtype=dtype)
-        dt_raw, y, yg = (torch.empty(M, E, dtype=dtype) for _ in range(3))
+        dt_raw, dt, y, yg = (torch.empty(M, E, dtype=dtype) for _ in range(4))
         out = torch.empty(M, W_out.shape[0], dtype=dtype)
         params = [t.detach().contiguous() for t in (W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out)]
         _mamba_forward(u2.numpy(), *(p.numpy() for p in params), nb, L, use_conv, use_gate,
-                       xz.numpy(), saved[0].numpy(), saved[1].numpy(), xdbl.numpy(), dt_raw.numpy(), y.numpy(),
+                       xz.numpy(), saved[0].numpy(), saved[1].numpy(), xdbl.numpy(), dt_raw.numpy(), dt.numpy(), y.numpy(),
                        yg.numpy(), out.numpy(), _K[dtype])
-        ctx.save_for_backward(u2, *params, xz, *saved, xdbl, dt_raw, y, yg)
+        ctx.save_for_backward(u2, *params, xz, *saved, xdbl, dt_raw, dt, y, yg)
         ctx.meta = (nb, L, use_conv, use_gate)
         return out.view(nb, L, -1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gout):
-        u2, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, xz, xc, s, xdbl, dt_raw, y, yg = ctx.saved_tensors
+        u2, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, xz, xc, s, xdbl, dt_raw, dt, y, yg = ctx.saved_tensors
         nb, L, use_conv, use_gate = ctx.meta
         grads = [torch.empty_like(t) for t in (u2, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out)]
         _mamba_backward(gout.reshape(u2.shape[0], -1).contiguous().numpy(), u2.numpy(), W_in.numpy(), conv_w.numpy(),
                         W_x.numpy(), W_dt.numpy(), A_log.numpy(), Dp.numpy(), W_out.numpy(), nb, L, use_conv, use_gate,
-                        xz.numpy(), xc.numpy(), s.numpy(), xdbl.numpy(), dt_raw.numpy(), y.numpy(), yg.numpy(),
+                        xz.numpy(), xc.numpy(), s.numpy(), xdbl.numpy(), dt_raw.numpy(), dt.numpy(), y.numpy(), yg.numpy(),
                         *(g.numpy() for g in grads), _K[u2.dtype])
         g_u = grads[0].view(nb, L, -1)
         needs = ctx.needs_input_grad

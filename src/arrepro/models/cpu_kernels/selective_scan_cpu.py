@@ -9,102 +9,127 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from arrepro.models.cpu_kernels.common import CODEGEN, K, S, arrays, check_codegen, exp, fma, striped_sum
+from arrepro.models.cpu_kernels.common import CODEGEN, arrays, check_codegen, fma
+from arrepro.models.cpu_kernels.simd import LANES, vexp, vload, vsplat, vstore, vsum
 
-_K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
 
 @njit(cache=True)
-def _s6_forward(dt, A_t, x, Bm, Cm, y, K):
+def _s6_forward(dt, A_t, x, Bm, Cm, y):
     """y[b,t,e] = sum_n C[b,t,n] h[b,t,n,e],  h_t = exp(dt_t A[e]) * h_{t-1} + dt_t x_t B_t, with
-    A_t = A transposed (N, E). One batch element at a time, its states (N x E) in cache; innermost
-    loops run over channels (contiguous, independent). In fused multiply-adds: h_t = fma(a_t,
-    h_{t-1}, (dt_t x_t) B_t), and y[b,t,e] the chain fma(h[n], C[n], .) over n in order. Nothing
-    is stored for the backward pass."""
+    A_t = A transposed (N, E). In fused multiply-adds: h_t = fma(a_t, h_{t-1}, (dt_t x_t) B_t), and
+    y[b,t,e] the chain fma(h[n], C[n], .) over n in order. One batch element and one block of
+    ``LANES`` channels at a time (``simd``), its states in cache; channels padded with zeros to a
+    multiple of LANES (the padding changes no output). Nothing is stored for the backward pass."""
     nb, L, E = x.shape
-    N = A_t.shape[0]
-    h = np.zeros((N, E), dtype=x.dtype)
-    u = np.zeros(E, dtype=x.dtype)
-    acc = np.zeros(E, dtype=x.dtype)
-    for b in range(nb):
-        h[:, :] = K[5]
-        for t in range(L):
-            for e in range(E):
-                u[e] = dt[b, t, e] * x[b, t, e]
-                acc[e] = K[5]
-            for n in range(N):
-                Bn = Bm[b, t, n]
-                Cn = Cm[b, t, n]
-                for e in range(E):
-                    hv = fma(exp(dt[b, t, e] * A_t[n, e], K), h[n, e], u[e] * Bn)
-                    h[n, e] = hv
-                    acc[e] = fma(hv, Cn, acc[e])
-            for e in range(E):
-                y[b, t, e] = acc[e]
+    if E % LANES:
+        Ep = E + LANES - E % LANES
+        yp = np.zeros((nb, L, Ep), dtype=x.dtype)
+        _forward_blocks(_pad(dt, Ep), _pad(A_t, Ep), _pad(x, Ep), Bm, Cm, yp)
+        y[:, :, :] = yp[:, :, :E]
+    else:
+        _forward_blocks(dt, A_t, x, Bm, Cm, y)
 
 
 @njit(cache=True)
-def _s6_backward(dt, A_t, x, Bm, Cm, gy, d_dt, dA_t, dx, dB, dC, K):
-    """Gradients of ``_s6_forward``. Per batch element, its decays and states are recomputed (the
-    same bits) into (L + 1) x N x E buffers (in cache at the demo's sizes), then the adjoint
-    g_t = fma(gy_t, C_t, a_{t+1} g_{t+1}) runs right to left. dA_t is accumulated (zeroed by the
-    caller) over b, then t from the end; dB and dC sum over channels through ``S`` stripes
-    (channel e of each run of S into partial sum e % S, in order of e; the S sums then added in
-    order); dx and d_dt sum over n in order; every accumulation a fused multiply-add."""
+def _pad(a, Ep):
+    """``a`` (..., E) with zeros after its last dimension's E entries, to Ep (a new array)."""
+    E = a.shape[-1]
+    flat = a.reshape(-1, E)
+    out = np.zeros((flat.shape[0], Ep), dtype=a.dtype)
+    out[:, :E] = flat
+    return out.reshape(a.shape[:-1] + (Ep,))
+
+
+@njit(cache=True)
+def _forward_blocks(dt, A_t, x, Bm, Cm, y):
     nb, L, E = x.shape
     N = A_t.shape[0]
-    H = np.zeros((L + 1, N, E), dtype=x.dtype)  # H[t + 1] = h_t; H[0] = h_{-1} = 0
-    D = np.zeros((L, N, E), dtype=x.dtype)  # the decays a_t
-    g = np.zeros((N, E), dtype=x.dtype)
-    u = np.zeros(E, dtype=x.dtype)
-    du = np.zeros(E, dtype=x.dtype)
-    dd = np.zeros(E, dtype=x.dtype)
-    PB = np.zeros(S, dtype=x.dtype)
-    PC = np.zeros(S, dtype=x.dtype)
-    ES = E - E % S
+    h = np.zeros((N, LANES), dtype=x.dtype)
+    zero = vsplat(np.zeros(1, dtype=x.dtype)[0])
     for b in range(nb):
+        for e0 in range(0, E, LANES):
+            for n in range(N):
+                vstore(h[n], 0, zero)
+            for t in range(L):
+                dtv = vload(dt[b, t], e0)
+                u = dtv * vload(x[b, t], e0)
+                acc = zero
+                for n in range(N):
+                    hv = fma(vexp(dtv * vload(A_t[n], e0)), vload(h[n], 0), u * vsplat(Bm[b, t, n]))
+                    vstore(h[n], 0, hv)
+                    acc = fma(hv, vsplat(Cm[b, t, n]), acc)
+                vstore(y[b, t], e0, acc)
+
+
+@njit(cache=True)
+def _s6_backward(dt, A_t, x, Bm, Cm, gy, d_dt, dA_t, dx, dB, dC):
+    """Gradients of ``_s6_forward``. Per batch element and block of LANES channels, its decays and
+    states are recomputed (the same bits) into (L + 1) x N x LANES buffers (in cache), then the
+    adjoint g_t = fma(gy_t, C_t, a_{t+1} g_{t+1}) runs right to left. dA_t is accumulated (zeroed
+    by the caller) over b, then t from the end; dx and d_dt sum over n in order; dB and dC sum over
+    channels in LANES stripes (channel e into partial sum e % LANES, in order of e: block by
+    block), the stripes then added as ``simd.vsum`` adds lanes. Every accumulation a fused
+    multiply-add; channels padded with zeros to a multiple of LANES (they add zeros)."""
+    nb, L, E = x.shape
+    if E % LANES:
+        Ep = E + LANES - E % LANES
+        outs = [np.zeros((nb, L, Ep), dtype=x.dtype) for _ in range(2)]
+        dA_p = _pad(dA_t, Ep)
+        _backward_blocks(_pad(dt, Ep), _pad(A_t, Ep), _pad(x, Ep), Bm, Cm, _pad(gy, Ep), outs[0], dA_p, outs[1], dB, dC)
+        d_dt[:, :, :] = outs[0][:, :, :E]
+        dx[:, :, :] = outs[1][:, :, :E]
+        dA_t[:, :] = dA_p[:, :E]
+    else:
+        _backward_blocks(dt, A_t, x, Bm, Cm, gy, d_dt, dA_t, dx, dB, dC)
+
+
+@njit(cache=True)
+def _backward_blocks(dt, A_t, x, Bm, Cm, gy, d_dt, dA_t, dx, dB, dC):
+    nb, L, E = x.shape
+    N = A_t.shape[0]
+    H = np.zeros((L + 1, N, LANES), dtype=x.dtype)  # H[t + 1] = h_t; H[0] = h_{-1} = 0
+    D = np.zeros((L, N, LANES), dtype=x.dtype)  # the decays a_t
+    g = np.zeros((N, LANES), dtype=x.dtype)
+    PB = np.zeros((L, N, LANES), dtype=x.dtype)  # the stripes of dB and dC
+    PC = np.zeros((L, N, LANES), dtype=x.dtype)
+    zero = vsplat(np.zeros(1, dtype=x.dtype)[0])
+    for b in range(nb):
+        PB[:, :, :] = 0
+        PC[:, :, :] = 0
+        for e0 in range(0, E, LANES):
+            for t in range(L):
+                dtv = vload(dt[b, t], e0)
+                u = dtv * vload(x[b, t], e0)
+                for n in range(N):
+                    a = vexp(dtv * vload(A_t[n], e0))
+                    vstore(D[t, n], 0, a)
+                    vstore(H[t + 1, n], 0, fma(a, vload(H[t, n], 0), u * vsplat(Bm[b, t, n])))
+            for n in range(N):
+                vstore(g[n], 0, zero)
+            for t in range(L - 1, -1, -1):
+                dtv = vload(dt[b, t], e0)
+                xv = vload(x[b, t], e0)
+                gyv = vload(gy[b, t], e0)
+                u = dtv * xv
+                du = zero
+                dd = zero
+                for n in range(N):
+                    gn = fma(gyv, vsplat(Cm[b, t, n]), vload(g[n], 0))  # dL/dh_t
+                    du = fma(gn, vsplat(Bm[b, t, n]), du)
+                    a = vload(D[t, n], 0)
+                    q = gn * a * vload(H[t, n], 0)  # dL/d(dt_t A[e, n])
+                    vstore(dA_t[n], e0, fma(q, dtv, vload(dA_t[n], e0)))
+                    dd = fma(q, vload(A_t[n], e0), dd)
+                    vstore(PC[t, n], 0, fma(gyv, vload(H[t + 1, n], 0), vload(PC[t, n], 0)))
+                    vstore(PB[t, n], 0, fma(gn, u, vload(PB[t, n], 0)))
+                    vstore(g[n], 0, gn * a)  # carried to h_{t-1}
+                vstore(d_dt[b, t], e0, fma(du, xv, dd))
+                vstore(dx[b, t], e0, du * dtv)
         for t in range(L):
-            for e in range(E):
-                u[e] = dt[b, t, e] * x[b, t, e]
             for n in range(N):
-                Bn = Bm[b, t, n]
-                for e in range(E):
-                    a = exp(dt[b, t, e] * A_t[n, e], K)
-                    D[t, n, e] = a
-                    H[t + 1, n, e] = fma(a, H[t, n, e], u[e] * Bn)
-        g[:, :] = K[5]
-        for t in range(L - 1, -1, -1):
-            for e in range(E):
-                u[e] = dt[b, t, e] * x[b, t, e]
-                du[e] = K[5]
-                dd[e] = K[5]
-            for n in range(N):
-                Bn = Bm[b, t, n]
-                Cn = Cm[b, t, n]
-                for e in range(E):
-                    gn = fma(gy[b, t, e], Cn, g[n, e])  # dL/dh_t
-                    du[e] = fma(gn, Bn, du[e])
-                    q = gn * D[t, n, e] * H[t, n, e]  # dL/d(dt_t A[e, n])
-                    dA_t[n, e] = fma(q, dt[b, t, e], dA_t[n, e])
-                    dd[e] = fma(q, A_t[n, e], dd[e])
-                    g[n, e] = gn
-                for j in range(S):
-                    PB[j] = K[5]
-                    PC[j] = K[5]
-                for e0 in range(0, ES, S):
-                    for j in range(S):
-                        PC[j] = fma(gy[b, t, e0 + j], H[t + 1, n, e0 + j], PC[j])
-                        PB[j] = fma(g[n, e0 + j], u[e0 + j], PB[j])
-                for e in range(ES, E):
-                    PC[e - ES] = fma(gy[b, t, e], H[t + 1, n, e], PC[e - ES])
-                    PB[e - ES] = fma(g[n, e], u[e], PB[e - ES])
-                dC[b, t, n] = striped_sum(PC, K)
-                dB[b, t, n] = striped_sum(PB, K)
-                for e in range(E):
-                    g[n, e] *= D[t, n, e]  # carried to h_{t-1}
-            for e in range(E):
-                d_dt[b, t, e] = fma(du[e], x[b, t, e], dd[e])
-                dx[b, t, e] = du[e] * dt[b, t, e]
+                dC[b, t, n] = vsum(vload(PC[t, n], 0))
+                dB[b, t, n] = vsum(vload(PB[t, n], 0))
 
 
 class _S6(torch.autograd.Function):
@@ -112,7 +137,7 @@ class _S6(torch.autograd.Function):
     def forward(ctx, dt, A, x, Bm, Cm):
         dt, A_t, x, Bm, Cm = (t.contiguous() for t in (dt, A.t(), x, Bm, Cm))
         y = torch.empty_like(x)
-        _s6_forward(*arrays(dt, A_t, x, Bm, Cm), y.numpy(), _K[x.dtype])
+        _s6_forward(*arrays(dt, A_t, x, Bm, Cm), y.numpy())
         ctx.save_for_backward(dt, A_t, x, Bm, Cm)
         return y
 
@@ -123,7 +148,7 @@ class _S6(torch.autograd.Function):
         d_dt, dx, dB, dC = torch.empty_like(dt), torch.empty_like(x), torch.empty_like(Bm), torch.empty_like(Cm)
         dA_t = torch.zeros_like(A_t)
         _s6_backward(*arrays(dt, A_t, x, Bm, Cm, gy), d_dt.numpy(), dA_t.numpy(), dx.numpy(), dB.numpy(),
-                     dC.numpy(), _K[x.dtype])
+                     dC.numpy())
         return d_dt, dA_t.t(), dx, dB, dC
 
 

@@ -20,54 +20,91 @@ from torch.autograd.function import once_differentiable
 
 from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, fma, sigmoid
 from arrepro.models.cpu_kernels.linear_cpu import _column_sums
+from arrepro.models.cpu_kernels.simd import LANES, vload, vsplat, vstore
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
 
 @njit(cache=True, error_model="numpy")
 def _conv(x, w, bias, use_bias, nb, L, out):
-    """out = the convolution of the module docstring (no activation); x, out (nb L, E), any strides."""
+    """out = the convolution of the module docstring (no activation); x, out (nb L, E) with unit
+    stride in their last dimension. Channels in blocks of ``simd.LANES``, the rest one by one
+    (the same arithmetic)."""
     E, k = w.shape
-    zero = x[0, 0] * 0
+    if x.strides[1] != x.itemsize or out.strides[1] != out.itemsize:
+        raise ValueError("short_conv_cpu: x and out need unit stride in their last dimension")
+    wt = np.ascontiguousarray(w.T)  # (k, E)
+    zero = np.zeros(1, dtype=x.dtype)[0]
+    zv = vsplat(zero)
+    EB = E - E % LANES
     for b in range(nb):
         for t in range(L):
             row = b * L + t
-            for e in range(E):
-                out[row, e] = (x[row - k + 1, e] if t - k + 1 >= 0 else zero) * w[e, 0]
-            for j in range(1, k):
-                src = t - k + 1 + j
-                for e in range(E):
-                    out[row, e] = fma(x[b * L + src, e] if src >= 0 else zero, w[e, j], out[row, e])
-            if use_bias:
-                for e in range(E):
-                    out[row, e] = out[row, e] + bias[e]
+            for e0 in range(0, EB, LANES):
+                src = t - k + 1
+                acc = (vload(x[row - k + 1], e0) if src >= 0 else zv) * vload(wt[0], e0)
+                for j in range(1, k):
+                    src = t - k + 1 + j
+                    acc = fma(vload(x[b * L + src], e0) if src >= 0 else zv, vload(wt[j], e0), acc)
+                if use_bias:
+                    acc = acc + vload(bias, e0)
+                vstore(out[row], e0, acc)
+            for e in range(EB, E):
+                v = (x[row - k + 1, e] if t - k + 1 >= 0 else zero) * wt[0, e]
+                for j in range(1, k):
+                    src = t - k + 1 + j
+                    v = fma(x[b * L + src, e] if src >= 0 else zero, wt[j, e], v)
+                out[row, e] = v + bias[e] if use_bias else v
 
 
 @njit(cache=True, error_model="numpy")
 def _conv_backward(g, x, w, nb, L, gx, gw, gb, use_bias):
     """The gradients of ``_conv`` for g = dL/dout (before any activation): gx[t] = the chain over
-    taps j in order of fma(w[j], g[t + k-1-j], .); gw[e, j] and gb[e] sums over the rows in order."""
+    taps j in order of fma(w[j], g[t + k-1-j], .); gw[e, j] and gb[e] sums over the rows in order.
+    g, x, gx with unit stride in their last dimension."""
     E, k = w.shape
-    zero = x[0, 0] * 0
+    if g.strides[1] != g.itemsize or x.strides[1] != x.itemsize or gx.strides[1] != gx.itemsize:
+        raise ValueError("short_conv_cpu: g, x and gx need unit stride in their last dimension")
+    wt = np.ascontiguousarray(w.T)  # (k, E)
+    zero = np.zeros(1, dtype=x.dtype)[0]
+    zv = vsplat(zero)
+    EB = E - E % LANES
     for b in range(nb):
         for t in range(L):
             row = b * L + t
-            for e in range(E):
-                gx[row, e] = zero
-            for j in range(k):
-                dst = t + k - 1 - j
-                if dst < L:
-                    for e in range(E):
-                        gx[row, e] = fma(w[e, j], g[b * L + dst, e], gx[row, e])
-    gw[:, :] = 0
-    for b in range(nb):
-        for t in range(L):
-            row = b * L + t
-            for j in range(k):
-                src = t - k + 1 + j
-                if src >= 0:
-                    for e in range(E):
-                        gw[e, j] = fma(g[row, e], x[b * L + src, e], gw[e, j])
+            for e0 in range(0, EB, LANES):
+                acc = zv
+                for j in range(k):
+                    dst = t + k - 1 - j
+                    if dst < L:
+                        acc = fma(vload(wt[j], e0), vload(g[b * L + dst], e0), acc)
+                vstore(gx[row], e0, acc)
+            for e in range(EB, E):
+                v = zero
+                for j in range(k):
+                    dst = t + k - 1 - j
+                    if dst < L:
+                        v = fma(wt[j, e], g[b * L + dst, e], v)
+                gx[row, e] = v
+    gwt = np.zeros((k, E), dtype=x.dtype)  # gw transposed
+    for e0 in range(0, EB, LANES):
+        for b in range(nb):
+            for t in range(L):
+                row = b * L + t
+                gv = vload(g[row], e0)
+                for j in range(k):
+                    src = t - k + 1 + j
+                    if src >= 0:
+                        vstore(gwt[j], e0, fma(gv, vload(x[b * L + src], e0), vload(gwt[j], e0)))
+    for e in range(EB, E):
+        for b in range(nb):
+            for t in range(L):
+                row = b * L + t
+                for j in range(k):
+                    src = t - k + 1 + j
+                    if src >= 0:
+                        gwt[j, e] = fma(g[row, e], x[b * L + src, e], gwt[j, e])
+    gw[:, :] = gwt.T
     if use_bias:
         _column_sums(g, gb)
 
