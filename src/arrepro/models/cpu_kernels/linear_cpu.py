@@ -18,9 +18,10 @@ are stored in C and loaded again for the next one: a store and a load change no 
 order of the chain is kept), the rows into blocks of ``MC`` whose operands stay in the L2 cache,
 and each block into tiles of ``MR`` rows x 2 vectors of columns whose accumulators stay in
 registers while k runs (``_tile``, LLVM IR written here: vector loads, one ``llvm.fma`` a lane);
-the edges take tiles of fewer rows (4, 2, 1; 8 first on AVX-512), one vector of columns, and a
-scalar loop for the last columns. A vector lane does exactly what the scalar loop does, so
-neither the tiling nor the build changes a bit (the self-check compares every path with an
+the edges take tiles of fewer rows (4, 2, 1; 8 first on AVX-512) and one vector of columns, and the
+last columns (fewer than a vector) a vector tile on copies of B and C padded with zeros. A vector
+lane does exactly what the chain of the element's scalars does, so neither the tiling nor the
+build changes a bit (the self-check compares every path with an
 exactly rounded reference, bit for bit; tests/test_numerics.py compares the builds).
 """
 from __future__ import annotations
@@ -157,33 +158,6 @@ def _rows(A, B, C, bias, first, last, i0, i1, j0, k0, k1, wide):
             _W1d(A, B, C, bias, first, last, i, j0, k0, k1)
 
 
-@njit(cache=True, inline="always")
-def _column(A, B, C, bias, first, last, i0, i1, j, k0, k1):
-    """Column j of C at rows i0..i1 (a column right of the vector tiles), the same chains in scalars:
-    four rows at a time (four independent chains: not one fma's latency a step)."""
-    zero = np.zeros(1, dtype=C.dtype)[0]
-    i = i0
-    while i + 4 <= i1:
-        s0, s1, s2, s3 = (zero, zero, zero, zero) if first else (C[i, j], C[i + 1, j], C[i + 2, j], C[i + 3, j])
-        for k in range(k0, k1):
-            b = B[k, j]
-            s0 = fma(A[i, k], b, s0)
-            s1 = fma(A[i + 1, k], b, s1)
-            s2 = fma(A[i + 2, k], b, s2)
-            s3 = fma(A[i + 3, k], b, s3)
-        if last:
-            s0, s1, s2, s3 = s0 + bias[j], s1 + bias[j], s2 + bias[j], s3 + bias[j]
-        C[i, j], C[i + 1, j], C[i + 2, j], C[i + 3, j] = s0, s1, s2, s3
-        i += 4
-    for r in range(i, i1):
-        s = zero if first else C[r, j]
-        for k in range(k0, k1):
-            s = fma(A[r, k], B[k, j], s)
-        if last:
-            s = s + bias[j]
-        C[r, j] = s
-
-
 @njit(cache=True)
 def _gemm(A, B, C, bias, use_bias):
     """C = A @ B (+ bias), each element the chain of the module docstring. A (M, K) with any
@@ -211,8 +185,28 @@ def _gemm(A, B, C, bias, use_bias):
                 _rows(A, B, C, bias, first, last, i0, i1, j0, k0, k1, True)
             if NW < NV:
                 _rows(A, B, C, bias, first, last, i0, i1, NW, k0, k1, False)
-            for j in range(NV, N):
-                _column(A, B, C, bias, first, last, i0, i1, j, k0, k1)
+    if NV < N:
+        _last_columns(A, B, C, bias, use_bias, NV, lanes)
+
+
+@njit(cache=True)
+def _last_columns(A, B, C, bias, use_bias, NV, lanes):
+    """Columns NV.. of C = A @ B (+ bias), fewer than a vector: a 1-vector tile on copies of B, C
+    and bias padded with zeros (the lanes past N are computed and not kept)."""
+    M, K = A.shape
+    rest = B.shape[1] - NV
+    Bp = np.zeros((K, lanes), dtype=C.dtype)
+    Cp = np.empty((M, lanes), dtype=C.dtype)
+    biasp = np.zeros(lanes, dtype=C.dtype)
+    Bp[:, :rest] = B[:, NV:]
+    if use_bias:
+        biasp[:rest] = bias[NV:]
+    for k0 in range(0, K, KC):
+        k1 = min(k0 + KC, K)
+        first, last = k0 == 0, use_bias and k1 == K
+        for i0 in range(0, M, MC):
+            _rows(A, Bp, Cp, biasp, first, last, i0, min(i0 + MC, M), 0, k0, k1, False)
+    C[:, NV:] = Cp[:, :rest]
 
 
 @njit(cache=True)
@@ -321,9 +315,9 @@ def reference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None)
 def self_check(dtype: torch.dtype = torch.float32) -> str:
     """Compile (or load from numba's cache) the product for ``dtype`` and check it, its input, weight
     and bias gradients, bit for bit against ``reference``, on shapes that reach every tile, the
-    scalar columns and (fp32) the blocks of the sum over k (K > ``KC``): 7 x 5 @ 5 x 37, 4 x 3 @
+    padded last columns and (fp32) the blocks of the sum over k (K > ``KC``): 7 x 5 @ 5 x 37, 4 x 3 @
     3 x 45, 3 x 33 @ 33 x 8, and in fp32 27 x 300 @ 300 x 53 (27 rows: MR-row tiles and edges;
-    53 columns: 2-vector, 1-vector and scalar columns on every build). Raises if anything is off."""
+    53 columns: 2-vector, 1-vector and padded columns on every build). Raises if anything is off."""
     check_codegen()
     g = torch.Generator().manual_seed(0)
     shapes = ((7, 5, 37), (4, 3, 45), (3, 33, 8)) + (((27, KC + 44, 53),) if dtype == torch.float32 else ())
