@@ -16,10 +16,12 @@ at this core's measured peak with the kernels' build (independent vector FMA cha
 
 Part 2, demo cells (``--part cells``): a fixed sample of demo cells (``SAMPLE``: one cell of the
 settings that cost the demo most, of every family), trained whole (the recipe's epochs, no early
-stop, lr 1e-3, seed 0) by the train command of --baseline (default ced2a16; one process a cell) and
-by this tree's (the training server, its start-up counted), alternating; CPU time from the
-operating system (getrusage of the children). Prints each cell's CPU-seconds by both and the
-ratio of the totals: the issue's "232 cells in at most half their CPU-minutes" on this sample.
+stop, lr 1e-3, seed 0) by the train command of --baseline (default ced2a16) and by this tree's,
+both as the workflow runs them (``train_cell.py --server``: a child of the tree's training server
+per cell, each server's start-up counted), alternating; CPU time from the operating system (the
+servers' and their children's from /proc, the clients' by getrusage). Prints each cell's
+CPU-seconds by both and the ratio of the totals: the issue's "232 cells in at most half their
+CPU-minutes" on this sample.
 
     .venv/bin/python bench/bench_cpu_throughput.py                 # both parts, ~10 minutes
     .venv/bin/python bench/bench_cpu_throughput.py --part steps --rounds 5
@@ -137,6 +139,12 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def process_cpu(pid: int) -> float:
+    """CPU-seconds of a live process and of its children it has waited for (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
 def export(ref: str, dest: Path) -> Path:
     """``ref``'s src/ and scripts/ under ``dest`` (git archive)."""
     dest.mkdir(parents=True)
@@ -155,83 +163,86 @@ def snapshot(dest: Path) -> Path:
     return dest / "tree"
 
 
-def command(tree: Path, cell: dict, data: Path, out: Path, server: bool) -> list[str]:
-    cmd = [sys.executable, str(tree / "scripts" / "train_cell.py"), "--cell-json", json.dumps(cell), "--data", str(data),
-           "--out", str(out), "--threads", "1", "--train-log", str(out / "train.log"), "--die-with-parent"]
-    return cmd + (["--server"] if server else [])
+class Server:
+    """A tree's training server (arrepro.train.server), started and warmed up here; the train
+    command of that tree (``train_cell.py --server``) asks it for a child per cell."""
 
+    def __init__(self, tree: Path):
+        self.tree = tree
+        self.env = {**os.environ, "PYTHONPATH": str(tree / "src"), client.IDLE_ENV: "3600"}
+        self.env.pop(client.ENV, None)
+        key = subprocess.run([sys.executable, "-c", "from arrepro.train import client; print(client.server_key())"],
+                             env=self.env, capture_output=True, text=True, check=True).stdout.strip()
+        self.proc = subprocess.Popen([sys.executable, "-m", "arrepro.train.server", key], env=self.env, cwd=tree,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        while (sock := client._connect(key)) is None:  # listening once warmed up
+            if self.proc.poll() is not None:
+                sys.exit(f"the training server of {tree} exited with status {self.proc.returncode}")
+            time.sleep(0.1)
+        sock.close()
 
-def run(cmd: list[str], env: dict, out: Path) -> float:
-    """CPU-seconds of the command's process tree as far as this script sees it (its children)."""
-    out.mkdir(parents=True)
-    before = children_cpu()
-    with open(out / "job.log", "w") as log:
-        p = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    if p.returncode != 0:
-        sys.exit(f"{cmd[1]} failed (exit {p.returncode}): see {out / 'job.log'}")
-    return children_cpu() - before
+    def train(self, cell: dict, data: Path, out: Path) -> tuple[float, float]:
+        """(CPU-seconds of the cell's child, of the client) for one cell."""
+        cmd = [sys.executable, str(self.tree / "scripts" / "train_cell.py"), "--cell-json", json.dumps(cell), "--data",
+               str(data), "--out", str(out), "--threads", "1", "--train-log", str(out / "train.log"),
+               "--die-with-parent", "--server"]
+        out.mkdir(parents=True)
+        before = children_cpu()
+        with open(out / "job.log", "w") as log:
+            p = subprocess.run(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        if p.returncode != 0:
+            sys.exit(f"{cmd[1]} failed (exit {p.returncode}): see {out / 'job.log'}")
+        for line in (out / "job.log").read_text().splitlines():
+            if "a child of the training server) used" in line:
+                return float(line.rsplit(" used ", 1)[1].split()[0]), children_cpu() - before
+        sys.exit(f"{out / 'job.log'}: the cell did not train in a server child")
 
-
-def served_cpu(out: Path) -> float:
-    """The CPU-seconds the server's child reported for the cell (the client's job.log)."""
-    for line in (out / "job.log").read_text().splitlines():
-        if "a child of the training server) used" in line:
-            return float(line.rsplit(" used ", 1)[1].split()[0])
-    sys.exit(f"{out / 'job.log'}: the cell did not train in a server child")
+    def stop(self) -> float:
+        """Its CPU-seconds (start-up, warm-up and the children it forked), then it stops."""
+        cpu = process_cpu(self.proc.pid)
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        return cpu
 
 
 def cells_part(baseline: str, lr: float) -> None:
     grid = load_grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "demo")
     with tempfile.TemporaryDirectory(prefix="bench_cpu_") as tmp:
         tmp = Path(tmp)
-        base, new = export(baseline, tmp / "old"), snapshot(tmp / "new")
-        env = {**os.environ, "PYTHONPATH": str(base / "src")}
-        new_env = {**os.environ, "PYTHONPATH": str(new / "src"), client.IDLE_ENV: "3600"}
-        new_env.pop(client.ENV, None)
-        specs = []
+        trees = {baseline: export(baseline, tmp / "old"), "this tree": snapshot(tmp / "new")}
+        specs, labels = [], []
+        tasks = {t["name"]: key for key, t in grid.tasks.items()}  # the grid keys its tasks and recipes by a hash
+        recipes = {r["name"]: key for key, r in grid.recipes.items()}
         for task, model, width, layers, recipe in SAMPLE:
-            cell = grid.cell_spec(task, model, width, layers, recipe, lr, 0)
+            cell = grid.cell_spec(tasks[task], model, width, layers, recipes[recipe], lr, 0)
             specs.append({**cell, "recipe_def": {**cell["recipe_def"], "early_stop_accuracy": None}})
-            if not (tmp / "data" / task).exists():
-                save_task(cell["task_def"], tmp / "data" / task)
-        # not counted: compile (or load) the baseline's numba kernels once, as a first demo cell would
-        warm = tmp / "warm"
-        for i, cell in enumerate(specs):
-            short = {**cell, "recipe_def": {**cell["recipe_def"], "epochs": 1}}
-            save_task({**cell["task_def"], "n_train": 32, "n_test": 32}, warm / f"data{i}")
-            run(command(base, short, warm / f"data{i}", warm / f"cell{i}", server=False), env, warm / f"cell{i}")
-        subprocess.run([sys.executable, "-c", "from arrepro.train import server; server._warm_up()"], env=new_env,
-                       check=True, stdout=subprocess.DEVNULL)
-        key = subprocess.run([sys.executable, "-c", "from arrepro.train import client; print(client.server_key())"],
-                             env=new_env, capture_output=True, text=True, check=True).stdout.strip()
-        t0, cpu0 = time.monotonic(), children_cpu()
-        proc = subprocess.Popen([sys.executable, "-m", "arrepro.train.server", key], env=new_env, cwd=new,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        while (sock := client._connect(key)) is None:  # listening once warmed up
-            if proc.poll() is not None:
-                sys.exit(f"the training server exited with status {proc.returncode}")
-            time.sleep(0.1)
-        sock.close()
-        rows, served, clients = [], 0.0, 0.0
-        for i, cell in enumerate(specs):
-            data = tmp / "data" / cell["task"]
-            old = run(command(base, cell, data, tmp / f"old{i}", server=False), env, tmp / f"old{i}")
-            asked = run(command(new, cell, data, tmp / f"new{i}", server=True), new_env, tmp / f"new{i}")
-            child = served_cpu(tmp / f"new{i}")
-            served, clients = served + child, clients + asked
-            label = f"{cell['task']} {cell['model']} {cell['width']}x{cell['layers']} ({cell['recipe']})"
-            rows.append((label, old, child + asked))
-            print(f"{label:34} {baseline} {old:6.1f} CPU-s   this tree {child + asked:6.1f} CPU-s   "
-                  f"ratio {(child + asked) / old:.2f}", flush=True)
-        proc.terminate()  # idle: its CPU (start-up, warm-up, children) is counted once it is waited for
-        proc.wait(timeout=60)
-        total_cpu = children_cpu() - cpu0
-        old_total = sum(r[1] for r in rows)
-        new_total = total_cpu - old_total  # the server with its children, and the clients
-        print(f"\nserver start-up and warm-up (once): {new_total - served - clients:.1f} CPU-s; "
-              f"wall {time.monotonic() - t0:.0f} s for both")
-        print(f"{len(rows)} cells: {baseline} {old_total / 60:.2f} CPU-min, this tree {new_total / 60:.2f} CPU-min "
-              f"(its server's start-up included): {new_total / old_total:.2f} of the CPU time (target <= 0.50)")
+            labels.append(f"{task} {model} {width}x{layers} ({recipe})")
+            if not (tmp / "data" / cell["task"]).exists():
+                save_task(cell["task_def"], tmp / "data" / cell["task"])
+        for tree in trees.values():  # not counted: compile (or load) each tree's numba kernels once
+            subprocess.run([sys.executable, "-c", "from arrepro.train import server; server._warm_up()"], check=True,
+                           env={**os.environ, "PYTHONPATH": str(tree / "src")}, stdout=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        servers = {name: Server(tree) for name, tree in trees.items()}
+        cells = {name: 0.0 for name in trees}
+        clients = {name: 0.0 for name in trees}
+        for i, (cell, label) in enumerate(zip(specs, labels)):
+            cpu = {}
+            for name, server in servers.items():
+                child, asked = server.train(cell, tmp / "data" / cell["task"], tmp / f"{name.replace(' ', '_')}{i}")
+                cells[name] += child
+                clients[name] += asked
+                cpu[name] = child + asked
+            print(f"{label:34} {baseline} {cpu[baseline]:6.1f} CPU-s   this tree {cpu['this tree']:6.1f} CPU-s   "
+                  f"ratio {cpu['this tree'] / cpu[baseline]:.2f}", flush=True)
+        total = {name: server.stop() + clients[name] for name, server in servers.items()}
+        for name in trees:
+            print(f"{name}: server start-up and warm-up {total[name] - cells[name] - clients[name]:.1f} CPU-s, "
+                  f"{len(specs)} cells {cells[name] + clients[name]:.1f} CPU-s")
+        print(f"wall {time.monotonic() - t0:.0f} s for both")
+        print(f"{len(specs)} cells with their server's start-up: {baseline} {total[baseline] / 60:.2f} CPU-min, this tree "
+              f"{total['this tree'] / 60:.2f} CPU-min: {total['this tree'] / total[baseline]:.2f} of the CPU time "
+              "(target <= 0.50)")
 
 
 def main() -> None:

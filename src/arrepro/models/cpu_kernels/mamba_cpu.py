@@ -41,15 +41,26 @@ def _scan_inputs(A_log, xdbl, nb, L, R):
     return A_t, Bm, Cm
 
 
+@njit(cache=True)
+def _saved(ws, M, E, E2, X):
+    """The forward pass's saved arrays, views of one flat workspace of M (E2 + 6 E + X) values:
+    xz (M, E2), xc, s (M, E), xdbl (M, X), dt_raw, dt, y, yg (M, E)."""
+    sizes = (M * E2, M * E, M * E, M * X, M * E, M * E, M * E)
+    o = np.cumsum(np.array((0,) + sizes))
+    v = lambda i, w: ws[o[i]:o[i] + M * w].reshape(M, w)  # noqa: E731
+    return v(0, E2), v(1, E), v(2, E), v(3, X), v(4, E), v(5, E), v(6, E), ws[o[7]:o[7] + M * E].reshape(M, E)
+
+
 @njit(cache=True, error_model="numpy")
-def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, nb, L, use_conv, use_gate,
-                   xz, xc, s, xdbl, dt_raw, dt, y, yg, out, K):
-    """The forward pass (module docstring); fills the saved arrays xz, xc (conv output, or x),
-    s = silu(xc), xdbl, dt_raw, dt = softplus(dt_raw), y (scan + D skip) and yg (gated), and out.
-    Rows: nb L."""
+def _mamba_forward(u, W_in, conv_w3, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, nb, L, use_conv, use_gate, ws, out, K):
+    """The forward pass (module docstring); fills the saved arrays (``_saved``: xz, xc the conv
+    output or x, s = silu(xc), xdbl, dt_raw, dt = softplus(dt_raw), y the scan + D skip, yg gated)
+    and out. Rows: nb L; conv_w3 (E, 1, k) as nn.Conv1d holds it."""
     E, N = A_log.shape
     R = W_dt.shape[1]
     M = u.shape[0]
+    xz, xc, s, xdbl, dt_raw, dt, y, yg = _saved(ws, M, E, W_in.shape[0], W_x.shape[0])
+    conv_w = conv_w3.reshape(E, conv_w3.shape[2])
     none = u[0, :0]
     _gemm(u, np.ascontiguousarray(W_in.T), xz, none, False)
     x = xz[:, :E]
@@ -84,14 +95,16 @@ def _mamba_forward(u, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, n
 
 
 @njit(cache=True, error_model="numpy")
-def _mamba_backward(gout, u, W_in, conv_w, W_x, W_dt, A_log, Dp, W_out, nb, L, use_conv, use_gate,
-                    xz, xc, s, xdbl, dt_raw, dt, y, yg,
-                    g_u, g_W_in, g_conv_w, g_conv_b, g_W_x, g_W_dt, g_b_dt, g_A_log, g_Dp, g_W_out, K):
+def _mamba_backward(gout, u, W_in, conv_w3, W_x, W_dt, A_log, Dp, W_out, nb, L, use_conv, use_gate, ws,
+                    g_u, g_W_in, g_conv_w3, g_conv_b, g_W_x, g_W_dt, g_b_dt, g_A_log, g_Dp, g_W_out, K):
     """The gradients of ``_mamba_forward`` with respect to u and every parameter."""
     E, N = A_log.shape
     R = W_dt.shape[1]
     M = u.shape[0]
-    E2 = xz.shape[1]
+    E2 = W_in.shape[0]
+    xz, xc, s, xdbl, dt_raw, dt, y, yg = _saved(ws, M, E, E2, W_x.shape[0])
+    conv_w = conv_w3.reshape(E, conv_w3.shape[2])
+    g_conv_w = g_conv_w3.reshape(E, conv_w3.shape[2])
     none = u[0, :0]
     # out = yg W_out^T
     g_yg = np.empty((M, E), dtype=u.dtype)
@@ -170,29 +183,24 @@ class _Mamba(torch.autograd.Function):
         E, N = A_log.shape
         M, dtype = nb * L, u.dtype
         u2 = u.detach().reshape(M, D).contiguous()
-        xz = torch.empty(M, W_in.shape[0], dtype=dtype)
-        saved = [torch.empty(M, E, dtype=dtype) for _ in range(2)]  # xc, s
-        xdbl = torch.empty(M, W_x.shape[0], dtype=dtype)
-        dt_raw, dt, y, yg = (torch.empty(M, E, dtype=dtype) for _ in range(4))
+        ws = torch.empty(M * (W_in.shape[0] + 6 * E + W_x.shape[0]), dtype=dtype)  # the saved arrays (_saved)
         out = torch.empty(M, W_out.shape[0], dtype=dtype)
         params = [t.detach().contiguous() for t in (W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out)]
-        _mamba_forward(u2.numpy(), *(p.numpy() for p in params), nb, L, use_conv, use_gate,
-                       xz.numpy(), saved[0].numpy(), saved[1].numpy(), xdbl.numpy(), dt_raw.numpy(), dt.numpy(), y.numpy(),
-                       yg.numpy(), out.numpy(), _K[dtype])
-        ctx.save_for_backward(u2, *params, xz, *saved, xdbl, dt_raw, dt, y, yg)
+        _mamba_forward(u2.numpy(), *(p.numpy() for p in params), nb, L, use_conv, use_gate, ws.numpy(), out.numpy(),
+                       _K[dtype])
+        ctx.save_for_backward(u2, *params, ws)
         ctx.meta = (nb, L, use_conv, use_gate)
         return out.view(nb, L, -1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gout):
-        u2, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, xz, xc, s, xdbl, dt_raw, dt, y, yg = ctx.saved_tensors
+        u2, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out, ws = ctx.saved_tensors
         nb, L, use_conv, use_gate = ctx.meta
         grads = [torch.empty_like(t) for t in (u2, W_in, conv_w, conv_b, W_x, W_dt, b_dt, A_log, Dp, W_out)]
         _mamba_backward(gout.reshape(u2.shape[0], -1).contiguous().numpy(), u2.numpy(), W_in.numpy(), conv_w.numpy(),
                         W_x.numpy(), W_dt.numpy(), A_log.numpy(), Dp.numpy(), W_out.numpy(), nb, L, use_conv, use_gate,
-                        xz.numpy(), xc.numpy(), s.numpy(), xdbl.numpy(), dt_raw.numpy(), dt.numpy(), y.numpy(), yg.numpy(),
-                        *(g.numpy() for g in grads), _K[u2.dtype])
+                        ws.numpy(), *(g.numpy() for g in grads), _K[u2.dtype])
         g_u = grads[0].view(nb, L, -1)
         needs = ctx.needs_input_grad
         return (g_u, *(g if need else None for g, need in zip(grads[1:], needs[1:10])), None, None)
@@ -201,13 +209,13 @@ class _Mamba(torch.autograd.Function):
 def mamba(u: torch.Tensor, in_proj: torch.Tensor, conv_weight: torch.Tensor | None, conv_bias: torch.Tensor | None,
           x_proj: torch.Tensor, dt_proj: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor, D: torch.Tensor,
           out_proj: torch.Tensor) -> torch.Tensor:
-    """The Mamba mixer of u (B, L, d_model) from its parameters (weights as nn.Linear holds them;
-    ``conv_weight`` (E, k), tap k-1 the current step, or None for no conv; a gate when ``in_proj``
-    has 2E rows), on the CPU in one dtype, fp32 or fp64."""
+    """The Mamba mixer of u (B, L, d_model) from its parameters (weights as nn.Linear and nn.Conv1d
+    hold them: ``conv_weight`` (E, 1, k), tap k-1 the current step, or None for no conv; a gate when
+    ``in_proj`` has 2E rows), on the CPU in one dtype, fp32 or fp64."""
     E = A_log.shape[0]
     use_conv, use_gate = conv_weight is not None, in_proj.shape[0] == 2 * E
     if not use_conv:
-        conv_weight, conv_bias = A_log.new_zeros(E, 1), A_log.new_zeros(E)
+        conv_weight, conv_bias = A_log.new_zeros(E, 1, 1), A_log.new_zeros(E)
     ts = (u, in_proj, conv_weight, conv_bias, x_proj, dt_proj, dt_bias, A_log, D, out_proj)
     if u.dtype not in _K or any(t.dtype != u.dtype or t.device.type != "cpu" for t in ts):
         raise ValueError(f"mamba_cpu: CPU tensors of one dtype, fp32 or fp64, got {sorted({str(t.dtype) for t in ts})}")

@@ -234,9 +234,9 @@ class Mamba(KernelMixer):
         return self.kernel_function(self.cpu_kernel_name)(u, *self.cpu_kernel_arguments())
 
     def cpu_kernel_arguments(self) -> tuple:
-        """The parameters as the fused CPU mixer takes them (the conv's weight (E, k), or None)."""
+        """The parameters as the fused CPU mixer takes them (the conv's weight (E, 1, k), or None)."""
         conv = self.conv1d.conv if self.conv1d is not None else None
-        return (self.in_proj.weight, conv.weight[:, 0] if conv is not None else None,
+        return (self.in_proj.weight, conv.weight if conv is not None else None,
                 conv.bias if conv is not None else None, self.x_proj.weight, self.dt_proj.weight, self.dt_proj.bias,
                 self.A_log, self.D, self.out_proj.weight)
 
