@@ -31,6 +31,7 @@ if MODE == "pinned":
     numerics.pin_environment()
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
+import arrepro.models.cpu_kernels  # noqa: E402,F401 - before numba: the kernels' build, also peak()'s
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
@@ -60,7 +61,7 @@ def _build(cell: dict):
         spec = {"width": cell["width"], "layers": cell["layers"], "model_def": CONFIG["models"][cell["model"]],
                 "recipe_def": {}}
         torch.manual_seed(0)
-        model = build_model(spec, int(task["vocab_size"]), x.shape[1])
+        model = build_model(spec, int(splits["vocab_size"]), x.shape[1])  # the data's (the copy task adds its specials)
         opt = model.configure_optimizer(lr=1e-3, weight_decay=0.1, fused=True)
         B = cell["batch"]
         batches = [(x[i * B:(i + 1) * B], y[i * B:(i + 1) * B]) for i in range(16)]
@@ -83,6 +84,8 @@ def time_steps(cell: dict, steps: int, use_kernels: bool) -> float:
     else:
         os.environ[kernels.ENV] = "0"
     model, opt, batches = _build(cell)
+    for module in model.modules():  # the paths of this call's steps only (the model is kept between calls)
+        module.__dict__.pop("_kernel_paths", None)
     for i in range(2):
         _step(model, opt, batches[i])
     times = []
@@ -90,6 +93,10 @@ def time_steps(cell: dict, steps: int, use_kernels: bool) -> float:
         t0 = time.perf_counter()
         _step(model, opt, batches[i % len(batches)])
         times.append(time.perf_counter() - t0)
+    if use_kernels:  # a fused CPU kernel must have run (a fallback would time the portable path)
+        fell_back = [r for r in kernels.paths_used(model) if r["op"].endswith("_cpu") and r["path"] != "kernel"]
+        if fell_back:
+            raise RuntimeError(f"{cell}: not every op ran its kernel: {fell_back}")
     return statistics.median(times)
 
 
@@ -128,7 +135,10 @@ def peak() -> dict:
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    from arrepro.models.cpu_kernels.common import CODEGEN, LANES32, llvm_fma
+    from arrepro.models.cpu_kernels.common import BUILD, CODEGEN, LANES32, llvm_fma
+
+    if BUILD is None:
+        raise RuntimeError(f"numba was set up before the kernels' package ({CODEGEN}): not their build")
 
     chains = 12
 
