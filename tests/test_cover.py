@@ -1,0 +1,69 @@
+"""The cover (arrepro.search.cover): a setting at chance is trained at its rivals' best learning
+rates on every seed, and only there; the aggregate counts those rates among its candidates."""
+import pytest
+
+from arrepro.search import cover
+
+LEARNED = 0.4375
+
+
+def entry(model, width, layers, points, chosen, task="t", seeds=(0, 1, 2), lo=1e-4, hi=1e-1):
+    return {"setting": {"task": task, "model": model, "width": width, "layers": layers, "recipe": "r"},
+            "spec": {"learned": LEARNED, "lo": lo, "hi": hi, "seeds": list(seeds)},
+            "state": {"phase": "done", "chosen_lr": chosen, "points": [[lr, m] for lr, m in sorted(points.items())]}}
+
+
+def test_a_setting_at_chance_trains_each_rivals_best_rate_on_every_seed():
+    entries = {
+        "attn": entry("attention", 32, 1, {1e-3: 0.27, 3.16e-3: 0.26}, 1e-3),
+        "mamba": entry("mamba", 32, 1, {3.16e-3: 0.60, 1e-2: 0.95}, 1e-2),
+        "mamba16": entry("mamba", 16, 1, {1e-2: 0.70, 3.16e-2: 0.80}, 3.16e-2),
+    }
+    got = cover.plan(entries)
+    assert [(c.search, c.lr, c.seeds) for c in got] == [("attn", 1e-2, (0, 1, 2)), ("attn", 3.16e-2, (0, 1, 2))]
+    assert "mamba 1x32 (0.950)" in got[0].why and "at chance" in got[0].why
+
+
+def test_learned_settings_rates_already_candidates_other_tasks_and_out_of_range_rates_are_not_covered():
+    entries = {
+        "attn": entry("attention", 32, 1, {1e-3: 0.27, 1e-2: 0.26}, 1e-3, hi=3e-2),
+        "mamba": entry("mamba", 32, 1, {1e-2: 0.95}, 1e-2),          # already an attn candidate
+        "hyena": entry("hyena", 32, 1, {1e-1: 0.90}, 1e-1),          # outside attn's range
+        "other": entry("mamba", 32, 1, {3.16e-3: 0.99}, 3.16e-3, task="u"),  # another task
+        "weak": entry("based", 32, 1, {3.16e-3: 0.30}, 3.16e-3),     # a rival at chance shows nothing
+    }
+    assert cover.plan(entries) == []
+
+
+def test_two_rivals_at_one_rate_cover_it_once_and_the_plan_is_deterministic():
+    entries = {
+        "a": entry("attention", 32, 1, {1e-3: 0.2}, 1e-3),
+        "b": entry("x", 32, 1, {1e-2: 0.9}, 1e-2),
+        "c": entry("y", 32, 1, {1.0001e-2: 0.8}, 1.0001e-2),
+    }
+    got = cover.plan(entries)
+    assert len(got) == 1 and got[0].lr == 1e-2 and "x 1x32" in got[0].why and "y 1x32" in got[0].why
+    assert cover.plan(dict(reversed(list(entries.items())))) == got
+
+
+def test_the_cover_file_is_sealed_and_a_damaged_one_names_itself(tmp_path):
+    class P:
+        searches = {"attn": entry("attention", 32, 1, {1e-3: 0.27}, 1e-3),
+                    "mamba": entry("mamba", 32, 1, {1e-2: 0.95}, 1e-2)}
+    path = tmp_path / "fig3.json"
+    covers = cover.write(path, "fig3", [P()], ["attn", "mamba"])
+    back, settings = cover.read(path)
+    assert back == covers and settings["attn"]["model"] == "attention"
+    path.write_text(path.read_text().replace("0.01", "0.02"))
+    with pytest.raises(ValueError, match="fig3.json"):
+        cover.read(path)
+
+
+def test_a_search_not_done_is_refused():
+    e = entry("attention", 32, 1, {1e-3: 0.27}, 1e-3)
+    e["state"]["phase"] = "seeds"
+
+    class P:
+        searches = {"attn": e}
+    with pytest.raises(ValueError, match="not done"):
+        cover.write("/nonexistent/x.json", "fig3", [P()], ["attn"])
