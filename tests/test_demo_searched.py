@@ -4,7 +4,7 @@ on it says nothing about the model.
 
 The sides are found by running every claim (arrepro.report.claims.CLAIMS) on a stand-in of each
 demo experiment's best table, one row per setting its grids train, and recording every row that
-enters a comparison (``claims.stat``, ``claims.window_of``): no hand list that could drift from the
+enters a comparison (``claim_kinds.stat``, ``claim_kinds.window_of``): no hand list that could drift from the
 claims. All parameter counts are equal, so every wide-and-deep pair qualifies: the recorded sides
 can be more than a run compares, never fewer. Each side's grid (same experiment, same series,
 the setting among its products) must run a learning-rate search (``search``) or train more than
@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from arrepro.config.checks import load_grid
+from arrepro.report import claim_kinds as K
 from arrepro.report import claims as C
 from arrepro.config.cards import cards
 from arrepro.config.grid import is_replication
@@ -35,7 +36,7 @@ SCALE = "demo"
 class Recording(Results):
     """Results that note every row a claim asks for by model name (``rows(model)``: the window
     claims read their sides so) into ``self.read``; a claim's listing of all rows (``rows()``,
-    to find its models' names) is noted only where a row then enters a comparison (``claims.stat``)."""
+    to find its models' names) is noted only where a row then enters a comparison (``claim_kinds.stat``)."""
     read: set
 
     def rows(self, model=None, layers=None, part="main", cells=False, width=None):
@@ -71,14 +72,14 @@ def stand_in(grid, exp: str) -> Recording:
 def claim_sides(grid) -> dict[str, set]:
     """claim id -> {(exp, series, task, model, width, layers)} of every row a claim compares."""
     seen: dict[str, set] = {}
-    stat = C.stat
+    stat = K.stat
 
     def stat_rec(e, r, label=None):
         note(e.read, r)
         return stat(e, r, label)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(C, "stat", stat_rec)
+    mp.setattr(K, "stat", stat_rec)
     try:
         for cid, exp, _, fn in C.CLAIMS:
             if exp in grid.experiments:

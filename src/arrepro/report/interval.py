@@ -1,5 +1,5 @@
 """Welch's t interval on the difference of two means over seeds, for the claims' verdicts
-(arrepro.report.claims), with the Student t quantile it needs.
+(arrepro.report.verdicts), with the Student t quantile it needs.
 
 No statistics package is a dependency of this project, so the quantile is computed here: the t
 density is integrated from 0 by composite Simpson's rule on a fixed fine grid (the density is smooth

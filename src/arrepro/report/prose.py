@@ -9,7 +9,7 @@ import pandas as pd
 from arrepro.config import defaults
 from arrepro.config.cards import cards as read_cards
 from arrepro.config.grid import is_replication
-from arrepro.report.claims import window_of
+from arrepro.report.claim_kinds import window_of
 from arrepro.search.thresholds import GOOD
 from arrepro.report.tex import fmt_int, pct_range, plural, points, tex_escape, tex_lr
 
