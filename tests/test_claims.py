@@ -287,6 +287,18 @@ def test_a_side_at_chance_is_evidence_only_where_its_search_covered_the_winners_
                          V.Stat("attention", 0.26, 0.26, 0.26, 0.25, 1e-3, (1e-3,), False), True) != ""
 
 
+def test_a_span_of_candidates_around_the_winners_rate_is_not_covering_it():
+    """Issue 36: "at chance" is evidence only where the loser trained the winner's rate itself on
+    every seed (a search candidate or the experiment's cover), not merely rates on either side of
+    it (a narrow window may lie between them)."""
+    e = results([one("attention", 0.26), one("mamba", 0.93)])
+    e.best.loc[e.best["model"] == "mamba", "best_lr"] = 1.78e-3  # between attention's 1e-3 and 3.16e-3
+    j = C.CLAIMS[[c[0] for c in C.CLAIMS].index("attn1")][3](e)
+    assert j.verdict == "inconclusive" and "without having trained mamba's learning rate 0.00178" in j.compared
+    e.best.loc[e.best["model"] == "attention", "candidates"] = "0.001;0.00178;0.00316"  # the cover's rate joined
+    assert C.CLAIMS[[c[0] for c in C.CLAIMS].index("attn1")][3](e).verdict == "consistent"
+
+
 def test_width():
     rows = [one("mamba", 0.30, w=16), one("hyena", 0.30, w=16), one("attention", 0.26, w=16)]
     assert verdict("width", results(rows + [one("mamba", 0.93, w=32), one("hyena", 0.35, w=32),

@@ -123,3 +123,29 @@ def test_the_check_finds_a_side_at_one_rate():
     assert any(b.startswith("conv: table2.grids[0]") and "attention_conv_qkv" in b for b in bad)
     # and a replication series is judged as a side too (Fig. 2's coarse grid is searched: grid_one_seed)
     assert any(is_replication(g) for g in cfg["scales"][SCALE]["experiments"]["fig2"]["grids"])
+
+
+WINDOW_CLAIMS = {"lrwindow", "copylr", "deltanet", "depth12"}  # curves: every seed at every rate, windows closed
+GRID_CLAIMS = {"finegrid"}  # about the grids themselves: a side's failure is never read as evidence
+
+
+def test_every_experiment_whose_claims_read_a_failure_trains_its_settings_at_their_rivals_rates():
+    """Issue 36, evidence not absence: an experiment whose claims compare models (not windows, not
+    the grids) runs the cover (arrepro.search.cover), so a side at chance is also trained at the
+    best learning rate of every setting of its task that learned, on every seed."""
+    grid = load_grid(CONFIG, SCALE)
+    exps = {exp for cid, exp, _, _ in C.CLAIMS if cid not in WINDOW_CLAIMS | GRID_CLAIMS and exp in grid.experiments}
+    assert {"fig3", "fig4", "table1", "table2", "table3", "table4"} <= exps
+    missing = sorted(e for e in exps if not grid.experiments[e].get("cover"))
+    assert not missing, f"experiments whose claims read a failure without a cover: {missing}"
+
+
+def test_every_window_claim_of_the_demo_reads_a_curve_that_closes():
+    grid = load_grid(CONFIG, SCALE)
+    from arrepro.search.rounds import Searches
+    searches = Searches(grid)
+    exps = {exp for cid, exp, _, _ in C.CLAIMS if cid in WINDOW_CLAIMS and exp in grid.experiments}
+    assert exps == {"fig1", "fig5", "fig7", "fig13"}
+    for exp in exps:
+        for _, s in searches.of_experiment(exp):
+            assert s.spec.close and s.spec.search_seeds == s.spec.seeds, f"{exp}: {s.key} is not a closing curve"

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arrepro.search.cover import same_lr
 from arrepro.report.interval import LEVEL, Interval, welch
 from arrepro.search.thresholds import GOOD, LEARNED_MARGIN, learned_threshold
 from arrepro.report.tex import acc, points
@@ -84,10 +85,10 @@ class Stat:
         return self.mean >= learned_threshold(self.chance)
 
     def covers(self, lr: float | None) -> bool:
-        """Whether this side trained ``lr`` on every reported seed (within its candidates' span)."""
-        if lr is None or not self.candidates:
-            return False
-        return min(self.candidates) * (1 - 1e-3) <= lr <= max(self.candidates) * (1 + 1e-3)
+        """Whether this side trained ``lr`` on every reported seed: ``lr`` is one of its candidates
+        (its search's, or its experiment's cover's: arrepro.search.cover). A span of candidates
+        around ``lr`` is not enough: a narrow window may lie between two of them."""
+        return lr is not None and any(same_lr(lr, c) for c in self.candidates)
 
     def text(self) -> str:
         rng = f" [{acc(self.lo)}–{acc(self.hi)}]" if acc(self.hi) != acc(self.lo) else ""

@@ -82,6 +82,30 @@ def _peak(spec: SearchSpec, ev: Evidence, x: float, n: int) -> tuple[list[float]
     return extend + gaps, [w for w in why if w], outcome
 
 
+def edges(spec: SearchSpec, ev: Evidence) -> tuple[list[float], list[str], dict[int, str]]:
+    """A curve's edges (``close``): the lowest and the highest learning rate tried, each *closed*
+    when every seed there is below the learned threshold, *bounded* when it sits on the range's
+    bound, else *open* and extended by one step of the start grid's lattice. The new learning
+    rates, the reasons, and each side's state (-1: below, +1: above)."""
+    tried, new, why, sides = ev.tried, [], [], {}
+    for x, direction in ((tried[0], -1), (tried[-1], 1)):
+        side, top = ("below" if direction < 0 else "above"), max(ev.acc[x])
+        if top < spec.learned:
+            sides[direction] = "closed"
+            why.append(f"closed {side}: every seed at {x:.3g} is below the learned threshold {spec.learned:.3f} "
+                       f"(the best {top:.3f})")
+        elif _at_bound(x, spec.lo if direction < 0 else spec.hi):
+            sides[direction] = "range"
+            why.append(f"bounded {side} by the range: a seed at {x:.3g}, its {'lower' if direction < 0 else 'upper'} "
+                       f"bound, learned ({top:.3f})")
+        else:
+            ys = _extend(x, direction, spec, 1)
+            sides[direction] = "open"
+            new += ys
+            why.append(f"open {side}: a seed at {x:.3g} learned ({top:.3f}): extend to {_lrs(ys)}")
+    return new, why, sides
+
+
 def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[list[float], str]:
     """The learning rates the evidence wants next on the search seeds (at most ``per_round``,
     nothing tried twice), and why; ([], why) when it wants none."""
@@ -92,6 +116,9 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
             return [], "every cell diverged, down to the range's lower bound"
         new = _extend(tried[0], -1, spec, spec.per_round)
         return new, f"every cell diverged: extend below the lowest, {tried[0]:.3g}, to {_lrs(new)}"
+    if spec.close:  # a curve: only its edges, until both are closed or bounded by the range
+        new, why, _ = edges(spec, ev)
+        return new, "; ".join(why)
     if not ev.learned_any and spec.scan:
         # nothing learned on any seed yet: the scan looks everywhere (``scan_round``); an edge is
         # never chosen by scores at chance

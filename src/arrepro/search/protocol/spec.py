@@ -38,6 +38,21 @@ def _lrs(xs) -> str:
     return ", ".join(f"{x:.3g}" for x in xs)
 
 
+def start_step(start, resolution: float) -> float:
+    """Decades between the points of a start grid (the median gap, to 3 decimals; twice the
+    resolution for a single point)."""
+    xs = sorted(start)
+    gaps = sorted(decades(a, b) for a, b in zip(xs, xs[1:]))
+    return round(gaps[len(gaps) // 2], 3) if gaps else 2 * resolution
+
+
+def close_rounds(start, lo: float, hi: float, resolution: float) -> int:
+    """The rounds a curve (``close``) may need: one lattice step a round, both edges at once, to the
+    farther bound of its range."""
+    step = start_step(start, resolution)
+    return max(math.ceil(decades(x, b) / step - RES_TOL) for x, b in ((min(start), lo), (max(start), hi)))
+
+
 @dataclass(frozen=True)
 class SearchSpec:
     """One setting's search, fully resolved (numbers, not names).
@@ -65,6 +80,7 @@ class SearchSpec:
     scan: float = 0.0  # decades: while nothing learned, the range is scanned this finely (0: no scan)
     scan_seeds: int = 2  # the scan covers every scan point on this many seeds, one round a seed
     scan_range: tuple[float, ...] = ()  # (lo, hi): the span the scan covers (empty: the range)
+    close: bool = False  # a curve: extend each edge where a seed learned until every seed there has not (or the range ends)
 
     def __post_init__(self):
         object.__setattr__(self, "ladder", tuple((int(s), int(t)) for s, t in self.ladder))
@@ -99,10 +115,8 @@ class SearchSpec:
 
     @property
     def step(self) -> float:
-        """Decades between start points (the median gap, to 3 decimals): how far an extension reaches."""
-        xs = sorted(self.start)
-        gaps = sorted(decades(a, b) for a, b in zip(xs, xs[1:]))
-        return round(gaps[len(gaps) // 2], 3) if gaps else 2 * self.resolution
+        """Decades between start points (``start_step``): how far an extension reaches."""
+        return start_step(self.start, self.resolution)
 
     def first_cells(self) -> int:
         return len(self.start) * len(self.search_seeds)
