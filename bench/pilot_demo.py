@@ -77,6 +77,24 @@ CANDIDATES: dict[str, dict] = {
            "L32": {"vocab_size": 64, "seq_len": 24}, "recipe_demo": {"epochs": 12}},
     "S0": {"about": "the demo at ced2a16: V128 L32 K4, 10k examples, 8 epochs of batch 32 (1x)"},
     "S5": {"about": "V128 L32 K4, 20k examples, 8 epochs (2x)", "L32": {"n_train": 20000}},
+    # added after S1-S3 failed R4 (1-layer Mamba stuck near 0.33 at length 16): wider models, which
+    # may learn in fewer steps and stop early (a cell stops at 0.99), and longer training at length 32
+    "S6": {"about": "V128 L32 K4, 10k examples, 8 epochs, base width 48 (narrow 24, 2-layer Mamba 32)",
+           "width": 48, "narrow": 24, "matched": 32},
+    "S7": {"about": "V128 L32 K4, 10k examples, 12 epochs (1.5x)", "recipe_demo": {"epochs": 12}},
+    "S8": {"about": "V128 L32 K4, 10k examples, 8 epochs, base width 64 (narrow 32, 2-layer Mamba 48)",
+           "width": 64, "narrow": 32, "matched": 48},
+    # added after S4 (V64 L24) failed R4 as S1-S3 (V64 L16) did: is it the vocabulary or the length?
+    "S9": {"about": "V128 L16 K4, 10k examples, 8 epochs (0.5x)", "L32": {"seq_len": 16}},
+    "S10": {"about": "V128 L24 K4, 10k examples, 8 epochs (0.75x)", "L32": {"seq_len": 24}},
+    # added after S0, S6, S7 and S10: 1-layer Mamba learns in a jump whose epoch varies by seed, then
+    # plateaus near 0.95; more optimiser steps for the same examples (batch 16)
+    "S11": {"about": "V128 L32 K4, 10k examples, 8 epochs of batch 16 (1x the tokens, 2x the steps)",
+            "recipe_demo": {"batch_size": 16}},
+    # added after S6 failed R1 by one seed (2-layer attention 0.880 at 1e-3, its window half a decade
+    # wide): S6 trained longer
+    "S12": {"about": "V128 L32 K4, 10k examples, 12 epochs, base width 48 (narrow 24, 2-layer Mamba 32)",
+            "width": 48, "narrow": 24, "matched": 32, "recipe_demo": {"epochs": 12}},
 }
 
 
@@ -176,6 +194,8 @@ def train(grid: Grid, p: Probe) -> Probe:
 def run_stage(t: Trial, stage: str, cells: list[tuple]) -> list[Probe]:
     """Train ``cells`` ((model, task, width, layers, recipe, lr, seed), ...) two at a time."""
     probes = [Probe(t.name, stage, *c) for c in cells]
+    for task in dict.fromkeys(p.task for p in probes):  # each dataset written once, before the cells run
+        ensure_data(t.grid, task)
     with cf.ThreadPoolExecutor(WORKERS) as ex:
         done = list(ex.map(lambda p: train(t.grid, p), probes))
     t.probes += done
@@ -192,10 +212,20 @@ def by_lr(probes: list[Probe]) -> dict[float, list[float]]:
     return out
 
 
-def best_lr(probes: list[Probe]) -> float:
-    """The best learning rate on seed 0 (the probes' search seed); ties: the lower."""
+def top_lrs(probes: list[Probe], n: int = 2) -> list[float]:
+    """The ``n`` best learning rates on seed 0 (the probes' search seed), as the demo's search takes
+    its candidates to every seed; ties: the lower."""
     s0 = {p.lr: p.accuracy for p in probes if p.seed == 0}
-    return max(sorted(s0), key=lambda lr: s0[lr])
+    return sorted(sorted(s0), key=lambda lr: -s0[lr])[:n]
+
+
+def best_lr(probes: list[Probe]) -> float:
+    """The best learning rate by the paper's statistic: the best mean over the seeds, among the
+    learning rates trained on every seed the probes trained (ties: the lower)."""
+    accs = by_lr(probes)
+    n = max(len(v) for v in accs.values())
+    full = {lr: sum(v) / n for lr, v in accs.items() if len(v) == n}
+    return max(sorted(full), key=lambda lr: full[lr])
 
 
 def learned_of(grid: Grid, task: str) -> float:
@@ -205,11 +235,16 @@ def learned_of(grid: Grid, task: str) -> float:
 
 
 MAMBA_LRS = (3.16e-3, 1.0e-2, 3.16e-2)
-ATTN_LRS = (1.0e-3, 3.16e-3, 1.0e-2)
+# 2-layer attention's window lies low: from S6 on, the probes start half a decade below the demo's
+# start grid (at S6 it was at chance from 3.16e-3 up), as the demo's closing curve extends there
+ATTN_LRS = (3.16e-4, 1.0e-3, 3.16e-3)
+COPY_LRS = (1.0e-3, 3.16e-3, 1.0e-2)
+# 2-layer recurrent models (R3): the demo's start grid and half a decade above it
+DEEP_LRS = (1.0e-3, 3.16e-3, 1.0e-2, 3.16e-2)
 SEEDS = (0, 1, 2)
 
 
-def pilot(name: str) -> Trial:
+def pilot(name: str, every_rule: bool = False) -> Trial:
     over = CANDIDATES[name]
     cfg = candidate_config(name, over)
     t = Trial(name, Grid(cfg, f"pilot-{name}"))
@@ -223,12 +258,12 @@ def pilot(name: str) -> Trial:
     def verdict(rule, ok, why):
         t.verdicts.append(Verdict(rule, bool(ok), why))
         print(f"  {rule}: {'pass' if ok else 'FAIL'}: {why}", flush=True)
-        return ok
+        return ok or every_rule  # --every-rule: a failed candidate's other rules are tried too (for the record)
 
     # R4: 1-layer Mamba learns and converges (the cheapest decisive look; Tables 2-4 and Fig. 3 rest on it)
     m1 = mqar("mamba1", "mamba", w, 1, MAMBA_LRS)
+    m1 += mqar("mamba1", "mamba", w, 1, top_lrs(m1), (1, 2))
     b = best_lr(m1)
-    m1 += mqar("mamba1", "mamba", w, 1, [b], (1, 2))
     accs = by_lr(m1)[b]
     mean, spread = sum(accs) / len(accs), max(accs) - min(accs)
     if not verdict("R4", mean >= thr and spread <= CONVERGED,
@@ -236,8 +271,8 @@ def pilot(name: str) -> Trial:
         return t
     # R1: 2-layer attention reaches GOOD on every seed at some rate
     a2 = mqar("attn2", "attention", w, 2, ATTN_LRS)
+    a2 += mqar("attn2", "attention", w, 2, top_lrs(a2), (1, 2))
     ba = best_lr(a2)
-    a2 += mqar("attn2", "attention", w, 2, [ba], (1, 2))
     accs = by_lr(a2)[ba]
     if not verdict("R1", min(accs) >= GOOD, f"attention 2x{w} at {ba:.3g}: seeds {', '.join(f'{a:.3f}' for a in accs)}"):
         return t
@@ -249,21 +284,23 @@ def pilot(name: str) -> Trial:
     # R3: a 2-layer recurrent model learns (mean over seeds) at some rate
     found = None
     for model, width in (("hyena", w), ("mamba", w2)):
-        r = mqar("recur2", model, width, 2, MAMBA_LRS)
-        br = best_lr(r)
+        r = mqar("recur2", model, width, 2, DEEP_LRS)
         if max(p.accuracy for p in r) >= thr:
-            r += mqar("recur2", model, width, 2, [br], (1, 2))
+            r += mqar("recur2", model, width, 2, top_lrs(r), (1, 2))
+            br = best_lr(r)
             accs = by_lr(r)[br]
             if sum(accs) / len(accs) >= thr:
                 found = f"{model} 2x{width} at {br:.3g}: mean {sum(accs) / len(accs):.3f} (seeds {', '.join(f'{a:.3f}' for a in accs)})"
                 break
-    if not verdict("R3", found, found or "neither Hyena 2x{w} nor Mamba 2x{w2} learned on seed 0 at any probe rate"):
+    if not verdict("R3", found, found or f"neither Hyena 2x{w} nor Mamba 2x{w2} learned (mean over the seeds) at any "
+                   "probe rate: " + "; ".join(f"{p.model} 2x{p.width} {p.lr:.3g} seed {p.seed} {p.accuracy:.3f}"
+                                              for p in t.probes if p.stage == "recur2" and p.accuracy >= thr)):
         return t
     # R5: the copy task's models learn at some rate (seed 0)
     cthr = learned_of(t.grid, "copy")
     ok, why = True, []
     for model in ("transformer_rope", "mamba"):
-        r = run_stage(t, "copy", [(model, "copy", 32, 2, "copy", lr, 0) for lr in ATTN_LRS])
+        r = run_stage(t, "copy", [(model, "copy", 32, 2, "copy", lr, 0) for lr in COPY_LRS])
         top = max(p.accuracy for p in r)
         ok &= top >= cthr
         why.append(f"{model} 2x32 best exact match {top:.3f}")
@@ -285,9 +322,9 @@ def write(trials: list[Trial]) -> None:
     lines = []
     for t in trials:
         cpu = sum(p.cpu_seconds for p in t.probes if p.cpu_seconds == p.cpu_seconds)
-        failed = next((v.rule for v in t.verdicts if not v.passed), None)
         lines.append(f"## {t.name}: {CANDIDATES[t.name].get('about', '')}\n")
-        lines.append(f"{'passes every rule' if failed is None and len(t.verdicts) == 5 else f'fails {failed}'}; "
+        failed_all = [v.rule for v in t.verdicts if not v.passed]
+        lines.append(f"{'passes every rule' if not failed_all and len(t.verdicts) == 5 else 'fails ' + ', '.join(failed_all)}; "
                      f"{len(t.probes)} cells, {cpu / 60:.1f} CPU-minutes, "
                      f"{cpu / max(1, len(t.probes)):.1f} CPU-seconds a cell\n")
         for v in t.verdicts:
@@ -301,6 +338,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="candidates (default: all)")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--every-rule", action="store_true", help="try every rule even after one fails (the "
+                    "candidate still fails; what its other rules show is recorded)")
     ap.add_argument("--reuse", type=Path, help="a results/ folder of a demo run whose cells (same identity, same "
                     "bits) the pilot takes instead of training them again, with their recorded CPU-seconds")
     a = ap.parse_args(argv)
@@ -318,7 +357,7 @@ def main(argv=None) -> None:
     trials = []
     for n in names:
         t0 = time.time()
-        trials.append(pilot(n))
+        trials.append(pilot(n, a.every_rule))
         print(f"candidate {n}: {time.time() - t0:.0f} s wall", flush=True)
         write(trials)
 

@@ -8,4 +8,5 @@ from arrepro.search.plans import Plan
 if "snakemake" in globals():
     sm = snakemake  # noqa: F821 - set by Snakemake's script directive
     with job_log(sm):
-        cover.write(sm.output.plan, sm.wildcards.exp, [Plan.read(p) for p in sm.input.plans], list(sm.params.searches))
+        cover.write(sm.output.plan, sm.wildcards.exp, [Plan.read(p) for p in sm.input.plans], list(sm.params.searches),
+                    int(sm.params.most))

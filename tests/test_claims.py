@@ -379,6 +379,20 @@ def test_convkv():
     assert verdict("convkv", results(none)) == "inconclusive"
 
 
+def test_convkv_is_judged_under_each_reading_on_its_own_models():
+    """Issue 36: Table 3 judged twice, causal and centred, each on its own models and labelled."""
+    causal = [one("attention_conv_qkv", 0.99), one("attention_conv_k", 0.99), one("attention_conv_v", 0.24),
+              one("attention_conv_q", 0.25)]
+    centred = [one(f"{m}_centred", a) for m, a in (("attention_conv_qkv", 0.99), ("attention_conv_k", 0.99),
+                                                     ("attention_conv_v", 0.99), ("attention_conv_q", 0.26))]
+    e = results(causal + centred)
+    assert verdict("convkv", e) == "contradicted" and verdict("convkvcentred", e) == "consistent"
+    text = {cid: t for cid, _, t, _ in C.CLAIMS}
+    assert "causal" in text["convkv"] and "centred" in text["convkvcentred"]
+    fn = next(f for i, _, _, f in C.CLAIMS if i == "convkvcentred")
+    assert fn(results(causal)) is None  # a scale without the centred models: not judged
+
+
 def test_pe():
     ok = [one("mamba", 0.99), one("mamba_pe_rope", 0.97), one("hyena", 0.30), one("hyena_pe_rope", 0.32)]
     assert verdict("pe", results(ok)) == "consistent"

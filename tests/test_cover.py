@@ -19,9 +19,25 @@ def test_a_setting_at_chance_trains_each_rivals_best_rate_on_every_seed():
         "mamba": entry("mamba", 32, 1, {3.16e-3: 0.60, 1e-2: 0.95}, 1e-2),
         "mamba16": entry("mamba", 16, 1, {1e-2: 0.70, 3.16e-2: 0.80}, 3.16e-2),
     }
-    got = cover.plan(entries)
-    assert [(c.search, c.lr, c.seeds) for c in got] == [("attn", 1e-2, (0, 1, 2)), ("attn", 3.16e-2, (0, 1, 2))]
+    got = cover.plan(entries, 3)
+    # mamba 1x16 is another model at another width: no claim compares it with attention 1x32
+    assert [(c.search, c.lr, c.seeds) for c in got] == [("attn", 1e-2, (0, 1, 2))]
     assert "mamba 1x32 (0.950)" in got[0].why and "at chance" in got[0].why
+
+
+def test_rivals_are_other_models_at_the_same_shape_then_the_same_model_at_other_shapes_and_capped():
+    entries = {
+        "m16": entry("mamba", 16, 1, {1e-2: 0.30}, 1e-2),                   # at chance
+        "m32": entry("mamba", 32, 1, {3.16e-2: 0.90}, 3.16e-2),             # itself, wider
+        "h16": entry("hyena", 16, 1, {1e-3: 0.60}, 1e-3),                   # another model, same shape
+        "a16": entry("attention", 16, 1, {3.16e-3: 0.95}, 3.16e-3),         # another model, same shape
+        "m2": entry("mamba", 16, 2, {1e-4: 0.80}, 1e-4),                    # itself, deeper, worse: left out
+    }
+    got = [(c.search, c.lr) for c in cover.plan(entries, 3)]
+    # same shape first, best mean first (attention 3.16e-3, hyena 1e-3), then itself wider (3.16e-2); capped at 3
+    assert got == [("m16", 1e-3), ("m16", 3.16e-3), ("m16", 3.16e-2)]
+    assert [(c.search, c.lr) for c in cover.plan(entries, 1)] == [("m16", 3.16e-3)]
+    assert cover.max_cells([3, 5], 2) == 16
 
 
 def test_learned_settings_rates_already_candidates_other_tasks_and_out_of_range_rates_are_not_covered():
@@ -30,9 +46,10 @@ def test_learned_settings_rates_already_candidates_other_tasks_and_out_of_range_
         "mamba": entry("mamba", 32, 1, {1e-2: 0.95}, 1e-2),          # already an attn candidate
         "hyena": entry("hyena", 32, 1, {1e-1: 0.90}, 1e-1),          # outside attn's range
         "other": entry("mamba", 32, 1, {3.16e-3: 0.99}, 3.16e-3, task="u"),  # another task
-        "weak": entry("based", 32, 1, {3.16e-3: 0.30}, 3.16e-3),     # a rival at chance shows nothing
+        # a rival at chance shows no rate worth covering (and has mamba's and hyena's... rates: none to add)
+        "weak": entry("based", 32, 1, {3.16e-3: 0.30, 1e-2: 0.28}, 3.16e-3, hi=3e-2),
     }
-    assert cover.plan(entries) == []
+    assert cover.plan(entries, 3) == []
 
 
 def test_two_rivals_at_one_rate_cover_it_once_and_the_plan_is_deterministic():
@@ -41,9 +58,9 @@ def test_two_rivals_at_one_rate_cover_it_once_and_the_plan_is_deterministic():
         "b": entry("x", 32, 1, {1e-2: 0.9}, 1e-2),
         "c": entry("y", 32, 1, {1.0001e-2: 0.8}, 1.0001e-2),
     }
-    got = cover.plan(entries)
+    got = cover.plan(entries, 3)
     assert len(got) == 1 and got[0].lr == 1e-2 and "x 1x32" in got[0].why and "y 1x32" in got[0].why
-    assert cover.plan(dict(reversed(list(entries.items())))) == got
+    assert cover.plan(dict(reversed(list(entries.items()))), 3) == got
 
 
 def test_the_cover_file_is_sealed_and_a_damaged_one_names_itself(tmp_path):
@@ -51,7 +68,7 @@ def test_the_cover_file_is_sealed_and_a_damaged_one_names_itself(tmp_path):
         searches = {"attn": entry("attention", 32, 1, {1e-3: 0.27}, 1e-3),
                     "mamba": entry("mamba", 32, 1, {1e-2: 0.95}, 1e-2)}
     path = tmp_path / "fig3.json"
-    covers = cover.write(path, "fig3", [P()], ["attn", "mamba"])
+    covers = cover.write(path, "fig3", [P()], ["attn", "mamba"], 3)
     back, settings = cover.read(path)
     assert back == covers and settings["attn"]["model"] == "attention"
     path.write_text(path.read_text().replace("0.01", "0.02"))
@@ -66,4 +83,4 @@ def test_a_search_not_done_is_refused():
     class P:
         searches = {"attn": e}
     with pytest.raises(ValueError, match="not done"):
-        cover.write("/nonexistent/x.json", "fig3", [P()], ["attn"])
+        cover.write("/nonexistent/x.json", "fig3", [P()], ["attn"], 3)

@@ -37,7 +37,7 @@ OUT = GRID.out  # results/{scale}: this scale's figures, tables, paper and logs
 EXPERIMENTS = list(GRID.experiments)
 FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
 TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
-COVERED = [e for e in EXPERIMENTS if GRID.experiments[e].get("cover", False)]  # (workflow/rules/cover.smk)
+COVERED = [e for e in EXPERIMENTS if GRID.experiments[e].get("cover", 0)]  # (workflow/rules/cover.smk)
 # the paper's Figs. 8-10 (arrepro.report.blocks): the Mamba blocks this scale trains, drawn from their modules
 BLOCK_SPECS = blocks.specs(GRID)
 BLOCK_FIGURE = [f"{OUT}/{blocks.FIGURE}.{x}" for x in ("pdf", "png")] if BLOCK_SPECS else []
@@ -104,7 +104,7 @@ def cells_of_cover(path):
 
 
 def covered_cells(exp):
-    """The cells an experiment's cover adds (none without ``cover: true``); waits for its checkpoint."""
+    """The cells an experiment's cover adds (none without ``cover``); waits for its checkpoint."""
     if exp not in COVERED:
         return []
     return cells_of_cover(checkpoints.cover.get(exp=exp).output.plan)

@@ -1,4 +1,4 @@
-# Stage 2c: evidence, not absence (src/arrepro/search/cover.py). In an experiment with `cover: true`,
+# Stage 2c: evidence, not absence (src/arrepro/search/cover.py). In an experiment with `cover: N`,
 # once its searches are done, ONE checkpoint job lists each setting at chance beside the best
 # learning rates of the settings of its task that learned; Snakemake then trains those cells on
 # every seed, and the aggregate counts them among the setting's candidates. (COVERED and the input
@@ -11,6 +11,7 @@ checkpoint cover:
     params:
         code=script_code("scripts/cover.py"),
         searches=lambda wc: sorted({k for s in SEARCHES.experiment_series(wc.exp) for k in s["searches"]}),
+        most=lambda wc: GRID.experiments[wc.exp]["cover"],  # learning rates a setting takes at most
     log:
         f"{OUT}/logs/searches/cover-{{exp}}.log",
     wildcard_constraints:

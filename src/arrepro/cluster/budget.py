@@ -11,7 +11,7 @@ import math
 from arrepro.config.costs import CELL_FILE_BYTES, CHECKPOINT_BYTES_PER_PARAMETER, EPOCH_FILE_BYTES, SHARE_SLOWDOWN, WEIGHTS_BYTES_PER_PARAMETER, _size, cells_per_gpu_of, estimate_seconds, group, group_components, mem_mb, parameters, runtime_min, setting_spec, sharing
 from arrepro.config.catalogue import ROOT
 from arrepro.config.checks import load_grid
-from arrepro.search.cover import max_pairs as cover_max_pairs
+from arrepro.search.cover import max_cells as cover_max_cells
 from arrepro.search.rounds import Searches, search_cells, start_round
 from arrepro.cluster.packs import packs
 
@@ -107,22 +107,15 @@ def protocol_plan(grid, cells_per_gpu: int = 1, protocol: str | None = None) -> 
         max_cells += n
         est_max += est * n
         req_max += req * n
-    # the covers (arrepro.search.cover): per experiment with `cover: true` and task, at most
-    # max_pairs(n) learning rates, each on a setting's seeds (the costliest setting's estimate)
+    # the covers (arrepro.search.cover): in an experiment with `cover: N`, each setting at most N
+    # learning rates on its seeds, at its own cost (every setting at chance: a bound, not a forecast)
     cover_cells = cover_est = cover_req = 0.0
     for exp, e in grid.experiments.items():
-        if not e.get("cover", False):
-            continue
-        by_task: dict[str, list] = {}
-        for _, s in searches.of_experiment(exp):
-            by_task.setdefault(s.setting.task, {})[s.key] = s
-        for group_ in by_task.values():
-            ss = list(group_.values())
-            n = cover_max_pairs(len(ss)) * max(len(s.spec.seeds) for s in ss)
-            specs = [setting_spec(grid, s.setting) for s in ss]
+        for s in dict.fromkeys(s for _, s in searches.of_experiment(exp)) if e.get("cover", 0) else ():
+            spec, n = setting_spec(grid, s.setting), cover_max_cells([len(s.spec.seeds)], e["cover"])
             cover_cells += n
-            cover_est += n * max(estimate_seconds(sp) for sp in specs) / 3600
-            cover_req += n * max(runtime_min(sp, 1, cells_per_gpu) for sp in specs) / 60
+            cover_est += n * estimate_seconds(spec) / 3600
+            cover_req += n * runtime_min(spec, 1, cells_per_gpu) / 60
     if cover_cells:
         kinds["cover (settings at chance at their rivals' best rates)"] = {
             "settings": 0, "cells_round0": 0, "cells_max": int(cover_cells), f"{h}_estimated_max": cover_est}

@@ -3,12 +3,12 @@
 A claim that model A fails where model B succeeds, or that A does as well as B, counts A's failure
 as evidence only if A was trained at B's learning rate on every seed (``arrepro.report.claims``):
 a search that ended at chance may simply not have looked where B learns. So, in an experiment that
-asks for it (``cover: true`` in config.yaml), once every search of the experiment is done, each
+asks for it (``cover: N`` in config.yaml), once every search of the experiment is done, each
 setting whose reported mean is below the learned threshold is also trained, on every reported
-seed, at the chosen learning rate of every setting of the same task in the experiment that has
-learned (the settings the experiment's claims compare it with: other models at its width and
-depth, itself at other widths and depths), where that rate lies inside its search's range and is
-not one of its candidates already. The cover's learning rates join the setting's candidates (each
+seed, at the chosen learning rates (at most N) of the settings of its task in the experiment that
+have learned and that a claim compares it with (other models at its width and depth first, then
+itself at other widths and depths), where such a rate lies inside its search's range and is not
+one of its candidates already. The cover's learning rates join the setting's candidates (each
 is trained on every reported seed): the reported number stays the paper's statistic, the best
 over the candidates of the mean over every seed.
 
@@ -57,10 +57,26 @@ def _label(entry: dict) -> str:
     return f"{s['model']} {s['layers']}x{s['width']}"
 
 
-def plan(entries: dict[str, dict]) -> list[Cover]:
+def _kin(a: dict, b: dict) -> int | None:
+    """How a claim compares setting ``b`` with ``a`` (their ``setting`` dicts): 0, another model at
+    the same width and depth; 1, the same model at another width or depth; None, neither (no
+    claim compares them)."""
+    if a["task"] != b["task"]:
+        return None
+    if (a["width"], a["layers"]) == (b["width"], b["layers"]) and a["model"] != b["model"]:
+        return 0
+    if a["model"] == b["model"] and (a["width"], a["layers"]) != (b["width"], b["layers"]):
+        return 1
+    return None
+
+
+def plan(entries: dict[str, dict], most: int) -> list[Cover]:
     """The cover of one experiment: ``entries`` are its searches (search key -> the entry of its
-    group's last plan: setting, spec, state), each done. Deterministic: sorted by search key and
-    learning rate."""
+    group's last plan: setting, spec, state), each done; ``most``: learning rates a setting trains
+    at most. A setting at chance takes the best learning rates of its rivals that learned: other
+    models at its width and depth first, then itself at other widths and depths, each kind by
+    their means (the best first), distinct rates only, inside its range and not among its
+    candidates. Deterministic."""
     out: list[Cover] = []
     reported = {k: _reported(e) for k, e in entries.items()}
     for key in sorted(entries):
@@ -70,18 +86,22 @@ def plan(entries: dict[str, dict]) -> list[Cover]:
             continue  # no candidate (nothing to compare), or it has learned: its failure is not the question
         lo, hi = spec["lo"], spec["hi"]
         candidates = [float(lr) for lr, _ in entry["state"]["points"]]
-        rivals: dict[float, list[str]] = {}
+        ranked = []
         for other in sorted(entries):
             o, orep = entries[other], reported[other]
-            if other == key or orep is None or o["setting"]["task"] != entry["setting"]["task"]:
-                continue
-            if orep[1] < o["spec"]["learned"]:
-                continue  # a rival that has not learned shows no rate worth covering
+            kin = _kin(entry["setting"], o["setting"])
+            if other == key or orep is None or kin is None or orep[1] < o["spec"]["learned"]:
+                continue  # no claim compares them, or the rival has not learned: no rate worth covering
             lr = orep[0]
-            if not lo * (1 - TOL) <= lr <= hi * (1 + TOL) or any(same_lr(lr, c) for c in candidates):
-                continue
-            match = next((x for x in rivals if same_lr(x, lr)), lr)
-            rivals.setdefault(match, []).append(f"{_label(o)} ({orep[1]:.3f})")
+            if lo * (1 - TOL) <= lr <= hi * (1 + TOL) and not any(same_lr(lr, c) for c in candidates):
+                ranked.append((kin, -orep[1], other, lr, f"{_label(o)} ({orep[1]:.3f})"))
+        rivals: dict[float, list[str]] = {}
+        for _, _, _, lr, label in sorted(ranked):
+            match = next((x for x in rivals if same_lr(x, lr)), None)
+            if match is None and len(rivals) < most:
+                rivals[lr] = [label]
+            elif match is not None:
+                rivals[match].append(label)
         for lr in sorted(rivals):
             out.append(Cover(key, lr, tuple(int(s) for s in spec["seeds"]),
                              f"{_label(entry)} is at chance ({rep[1]:.3f} at {rep[0]:.3g}); {lr:.3g} is the best learning "
@@ -90,11 +110,11 @@ def plan(entries: dict[str, dict]) -> list[Cover]:
     return out
 
 
-def max_pairs(n: int) -> int:
-    """The most (setting at chance, rival that learned) pairs among ``n`` settings of one task in
-    one experiment: with k of them at chance, k * (n - k), at most n * n / 4. Each pair adds at
-    most one learning rate, trained on the setting's seeds (the planner's bound)."""
-    return max((k * (n - k) for k in range(n + 1)), default=0)
+def max_cells(seed_counts: list[int], most: int) -> int:
+    """The most cells a cover adds to these settings (each its number of reported seeds): every
+    setting at chance, each at ``most`` learning rates (the planner's bound; in a run, only the
+    settings at chance beside rivals that learned, at their rivals' distinct rates)."""
+    return sum(most * n for n in seed_counts)
 
 
 def cells(covers: list[Cover], settings: dict[str, object]) -> list:
@@ -103,7 +123,7 @@ def cells(covers: list[Cover], settings: dict[str, object]) -> list:
 
 
 # --------------------------------------------------------------------------- the cover's file
-def write(path, exp: str, plans: list, keys: list[str]) -> list[Cover]:
+def write(path, exp: str, plans: list, keys: list[str], most: int) -> list[Cover]:
     """Decide an experiment's cover from its groups' last plans (arrepro.search.plans.Plan) and
     write it (sealed): the experiment, and each learning rate a setting trains with its reason."""
     from arrepro.files import write_sealed_json
@@ -117,7 +137,7 @@ def write(path, exp: str, plans: list, keys: list[str]) -> list[Cover]:
     not_done = sorted(k for k, e in entries.items() if e["state"]["phase"] != "done")
     if not_done:
         raise ValueError(f"cover of {exp}: search(es) {not_done} are not done: their groups' plans are not the last round's")
-    covers = plan(entries)
+    covers = plan(entries, most)
     write_sealed_json(path, {"experiment": exp, "covers": [c.as_dict() for c in covers],
                              "settings": {c.search: entries[c.search]["setting"] for c in covers}})
     for c in covers:

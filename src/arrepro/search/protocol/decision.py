@@ -6,7 +6,7 @@ import math
 
 from arrepro.search.protocol.evidence import Evidence, best
 from arrepro.search.protocol.ladder import _finish_reserve, _ladder_cost, _lift, climb, contenders, explore_level
-from arrepro.search.protocol.refine import _peak, _plateau, _thin_neighbours, edges, explore
+from arrepro.search.protocol.refine import _peak, _plateau, _thin_neighbours, curve_edges, explore
 from arrepro.search.protocol.scan import scan_round
 from arrepro.search.protocol.spec import Round, SearchSpec, State, _lrs
 
@@ -26,7 +26,7 @@ def outcome(spec: SearchSpec, ev: Evidence, chosen: float) -> tuple[str, str]:
     if not spec.rounds:
         return "fixed", f"a fixed grid; the best mean over every seed at {chosen:.3g}"
     if spec.close:  # a curve: its edges, not its peak
-        _, why, sides = edges(spec, ev)
+        _, why, sides = curve_edges(spec, ev)
         state = "open" if "open" in sides.values() else "range" if "range" in sides.values() else "closed"
         return state if state != "open" else "budget", "; ".join(why)
     flat = _plateau(spec, ev.full()) or _plateau(spec, ev.scores())

@@ -82,7 +82,7 @@ def _peak(spec: SearchSpec, ev: Evidence, x: float, n: int) -> tuple[list[float]
     return extend + gaps, [w for w in why if w], outcome
 
 
-def edges(spec: SearchSpec, ev: Evidence) -> tuple[list[float], list[str], dict[int, str]]:
+def curve_edges(spec: SearchSpec, ev: Evidence) -> tuple[list[float], list[str], dict[int, str]]:
     """A curve's edges (``close``): the lowest and the highest learning rate tried, each *closed*
     when every seed there is below the learned threshold, *bounded* when it sits on the range's
     bound, else *open* and extended by one step of the start grid's lattice. The new learning
@@ -117,7 +117,7 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
         new = _extend(tried[0], -1, spec, spec.per_round)
         return new, f"every cell diverged: extend below the lowest, {tried[0]:.3g}, to {_lrs(new)}"
     if spec.close:  # a curve: only its edges, until both are closed or bounded by the range
-        new, why, _ = edges(spec, ev)
+        new, why, _ = curve_edges(spec, ev)
         return new, "; ".join(why)
     if not ev.learned_any and spec.scan:
         # nothing learned on any seed yet: the scan looks everywhere (``scan_round``); an edge is
