@@ -95,21 +95,18 @@ def test_chance_and_learned_threshold():
     assert not s.learned and V.Stat("m", 0.44, 0.44, 0.44, 0.25).learned
 
 
-# the t quantile the interval needs, against tabled values (97.5%: a two-sided 95% interval)
-@pytest.mark.parametrize("df,t", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (10, 2.228), (30, 2.042),
-                                  (math.inf, 1.960)])
-def test_t_quantile_matches_the_tables(df, t):
-    assert I.t_quantile(0.975, df) == pytest.approx(t, abs=6e-4)
+def test_the_interval_edges_are_where_scipys_welch_test_gives_p_005():
+    """The interval (scipy's t quantile at Welch-Satterthwaite's degrees of freedom) against scipy's
+    own Welch test from the same statistics: shifted by its half-width, the difference has the
+    two-sided p-value 1 - LEVEL, for equal and unequal spreads and seed counts."""
+    from scipy import stats
 
-
-def test_t_quantile_exact_forms_and_fractional_degrees_of_freedom():
-    for p in (0.9, 0.975, 0.995):
-        assert I.t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-7)  # Cauchy
-        assert I.t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-7)
-    # Welch's degrees of freedom are fractional: between the neighbours, decreasing in df
-    qs = [I.t_quantile(0.975, df) for df in (2, 2.5, 3, 3.7, 4, 50, 1e8)]
-    assert all(a > b for a, b in zip(qs, qs[1:]))
-    assert qs[-1] == pytest.approx(1.959964, abs=1e-5)
+    for ma, sa, na, mb, sb, nb in ((0.8, 0.1, 3, 0.65, 0.1, 3), (0.9, 0.1, 5, 0.3, 0.02, 3), (0.5, 0.3, 10, 0.45, 0.05, 4)):
+        iv = I.welch(ma, sa, na, mb, sb, nb)
+        for edge in (iv.lo, iv.hi):  # the difference at which the interval's edge sits on 0
+            p = stats.ttest_ind_from_stats(ma - edge, sa, na, mb, sb, nb, equal_var=False).pvalue
+            assert p == pytest.approx(1 - I.LEVEL, rel=1e-6)
+        assert iv.diff == pytest.approx(ma - mb) and iv.lo < iv.diff < iv.hi
 
 
 def test_welch_interval_by_hand():
@@ -169,13 +166,35 @@ def test_a_difference_within_the_noise_stays_inconclusive():
     # a large difference of the means within the seeds' noise: one seed learns, two do not
     a, b = V.Stat.of("a", [0.95, 0.30, 0.35], 0.25), V.Stat.of("b", [0.26, 0.25, 0.27], 0.25)
     assert a.mean - b.mean > MIN_DIFF_TEST and V.interval(a, b).lo < 0 and V.compare(a, b) == 0
-    # with zero noise the interval is the point: MIN_DIFF is then the bar
+    # with no noise (the interval at its floor, +-2.3 points on three seeds a side) MIN_DIFF is the bar
     assert V.compare(V.Stat("a", 0.60, 0.60, 0.60, 0.25, n=3), V.Stat("b", 0.51, 0.51, 0.51, 0.25, n=3)) == 0
     assert V.compare(V.Stat("a", 0.62, 0.62, 0.62, 0.25, n=3), V.Stat("b", 0.51, 0.51, 0.51, 0.25, n=3)) == 1
     # one seed a side: no interval, no verdict
     assert V.compare(V.Stat("a", 0.99, 0.99, 0.99, 0.25, n=1), V.Stat("b", 0.30, 0.30, 0.30, 0.25, n=3)) == 0
     # neither learned: below the margin over chance nothing beats anything
     assert V.compare(V.Stat("a", 0.40, 0.40, 0.40, 0.25, n=3), V.Stat("b", 0.02, 0.02, 0.02, 0.25, n=3)) == 0
+
+
+def test_a_side_with_no_spread_is_not_a_point():
+    """Issue 38: three identical seeds a side gave a point interval ("+75.0 points, 95% interval
+    +75.0 to +75.0"), though they are no evidence of no variance. Each side's standard deviation is
+    taken as at least 1 percentage point: the interval has a width, a large difference keeps its
+    verdict, two flat sides 8 points apart are no longer "alike", and a noisier side keeps its own
+    spread."""
+    floor = 0.01  # the rule's SD_FLOOR, written out
+    a, b = V.Stat.of("a", [1.0] * 3, 0.25), V.Stat.of("b", [0.25] * 3, 0.25)
+    iv = V.interval(a, b)
+    half = 2.7764 * math.sqrt(2 * floor ** 2 / 3)  # t(0.975, 4 degrees of freedom)
+    assert iv.df == pytest.approx(4.0) and iv.hi - iv.lo == pytest.approx(2 * half, abs=1e-4)
+    assert V.diff_text(a, b) == "+75.0 points, 95% interval +72.7 to +77.3"
+    assert V.conclusive(a, b) and V.beats(a, b)
+    flat_a, flat_b = V.Stat.of("a", [0.90] * 3, 0.25), V.Stat.of("b", [0.82] * 3, 0.25)
+    assert not V.alike_within(flat_a, flat_b) and not V.conclusive(flat_a, flat_b)
+    noisy = I.welch(0.9, 0.1, 3, 0.3, 0.0, 3)  # the flat side at the floor, the noisy one as measured
+    va, vb = 0.1 ** 2 / 3, floor ** 2 / 3
+    assert noisy.df == pytest.approx((va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 2))
+    # the paper's rules say so, with the value
+    assert "at least 1 percentage point" in V.rules_text()
 
 
 def test_a_side_at_chance_stays_no_evidence_however_sure_the_interval():
@@ -264,6 +283,16 @@ def test_attn2():
     assert verdict("attn2", results([one("attention", 0.99, w=w, n=2) for w in (64, 128)])) == "consistent"
     assert verdict("attn2", results([one("attention", 0.99, n=2), one("attention", 0.30, w=128, n=2)])) == "contradicted"
     assert verdict("attn2", results([one("attention", 0.99, n=2), one("attention", 0.70, w=128, n=2)])) == "inconclusive"
+
+
+def test_attn2_is_judged_on_the_two_layer_rows_only():
+    """Issue 38: a fig2 whose grid also trains 1-layer attention (at chance, as Sec. 4 finds for it)
+    was "contradicted" by those rows; the claim is about 2-layer attention."""
+    e = results([one("attention", 0.99, n=2), one("attention", 0.99, w=128, n=2), one("attention", 0.26, n=1)])
+    fn = next(f for i, _, _, f in C.CLAIMS if i == "attn2")
+    j = fn(e)
+    assert j.verdict == "consistent" and j.compared.startswith("2 settings"), j.compared
+    assert fn(results([one("attention", 0.26, n=1)])) is None  # no 2-layer attention trained: not judged
 
 
 # --------------------------------------------------------------------------- fig3 / fig4
@@ -411,7 +440,7 @@ def test_a_verdict_on_fewer_than_three_seeds_is_inconclusive():
     """The project's rule: never trust a verdict that rests on one seed."""
     e = results([one("attention", 0.26), one("mamba", 0.93)])
     assert C.judge({"fig3": e})[0]["verdict"] == "consistent"
-    for n in (1, 2):  # two seeds with no noise: a point interval, 67 points apart; still no verdict
+    for n in (1, 2):  # two seeds with no noise: 67 points apart, an interval far from 0; still no verdict
         e.best["n_seeds"] = n
         row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
         assert row["verdict"] == "inconclusive" and "fewer than 3" in row["compared"]

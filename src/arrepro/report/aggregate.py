@@ -33,7 +33,7 @@ GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "l
 WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried"]
 # the columns every reader of the tables relies on, each with a value on every row (read_*_table)
 CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters", "pinned"]
-BEST_NOT_NULL = GROUP + ["metric", "best_lr", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
+BEST_NOT_NULL = GROUP + ["metric", "best_lr", "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
                          "outcome", "window_status", "candidates", "n_candidates", "seeds", "n_cells", "n_contenders", "contender_bound"]
 
 

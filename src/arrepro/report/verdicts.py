@@ -9,10 +9,12 @@ same for every claim and stated in the paper PDF:
 - a model **has learned** iff its accuracy >= chance + LEARNED_MARGIN * (1 - chance)
   (0.4375 at K = 4);
 - two sides are compared by Welch's 95% t interval on the difference of their means over seeds
-  (arrepro.report.interval; see ``interval`` below for why Welch's and not paired by seed): a
-  difference is **conclusive** iff the interval excludes 0 and the difference of the means
-  exceeds MIN_DIFF (a difference of under 10 points earns no verdict however sure); a side with
-  fewer than 2 seeds has no interval, so nothing is conclusive against it. More seeds with the
+  (arrepro.report.interval; see ``interval`` below for why Welch's and not paired by seed), each
+  side's standard deviation taken as at least SD_FLOOR (1 point: seeds that agree exactly are no
+  evidence that a model cannot vary): a difference is **conclusive** iff the interval excludes 0
+  and the difference of the means exceeds MIN_DIFF (a difference of under 10 points earns no
+  verdict however sure); a side with fewer than 2 seeds has no interval, so nothing is
+  conclusive against it. More seeds with the
   same mean difference and noise narrow the interval, so they can only sharpen a verdict (the
   max-min spread used before could only grow with more seeds);
 - A **beats** B iff A - B is conclusive and A has learned; a claim that A beats B is consistent
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arrepro.search.cover import same_lr
-from arrepro.report.interval import LEVEL, Interval, welch
+from arrepro.report.interval import LEVEL, SD_FLOOR, Interval, welch
 from arrepro.search.thresholds import GOOD, LEARNED_MARGIN, learned_threshold
 from arrepro.report.tex import acc, points
 
@@ -194,7 +196,10 @@ def rules_text() -> str:
             f"learned when its mean accuracy reaches chance + {LEARNED_MARGIN:g} × (1 - chance) "
             f"({100 * learned_threshold(0.25):.2f}% at K = 4). Two models are compared by Welch's "
             f"{100 * LEVEL:g}% t interval on the difference of their mean accuracies over seeds (from each side's "
-            f"mean, standard deviation and number of seeds; none with under 2 seeds): a difference is conclusive "
+            f"mean, standard deviation and number of seeds, the t quantile from SciPy; none with under 2 seeds). "
+            f"Each side's standard deviation over seeds is taken as at least {100 * SD_FLOOR:g} percentage point "
+            f"(seeds that agree exactly are no evidence that a model cannot vary; about the most a model at 100% "
+            f"or at chance varied over seeds in the demo). A difference is conclusive "
             f"when the interval excludes 0 and the means differ by more than {MIN_DIFF:g} (more seeds with the same "
             f"difference and noise narrow the interval, so they can only sharpen a verdict); a model beats another when it has learned and is conclusively better. A claim "
             f"that one model does better is consistent when it beats the other, contradicted when the other beats "
