@@ -8,7 +8,7 @@ import math
 import posixpath
 import re
 
-from arrepro.config.cards import CardError, cards
+from arrepro.config.cards import CardError, cards, distinct_labels
 from arrepro.config.catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
 from arrepro.config.constraints import names_in, unmet
 from arrepro.data import task_seq_len, task_spec
@@ -134,10 +134,12 @@ def check_grid(grid) -> None:
     check_text(grid.config)
     on_disk = mixer_names()
     root = str(ROOT)
-    try:  # every model's card (the schema checks its fields; here what it names)
+    try:  # every model's card (the schema checks its fields; here what it names), one label a model where they meet
         cards(grid.models)
-    except CardError as e:
-        raise ConfigError(str(e)) from None
+        for exp in grid.experiments:
+            distinct_labels(grid.models, grid.experiment_models(exp), f"scales.{grid.scale_name}.experiments.{exp}")
+    except CardError as e:  # the key first (arrepro.cluster.preflight.config_error names the file)
+        raise ConfigError(f"{e.key}: {e.problem}") from None
     for name, m in grid.models.items():
         if on_disk is not None and m["mixer"] not in on_disk:
             raise ConfigError(f"models.{name}.mixer: unknown mixer {m['mixer']!r}; known: {sorted(on_disk)}")
