@@ -58,7 +58,7 @@ def test_an_of_that_would_be_ignored_and_an_empty_label_are_refused(edit, key, w
 
 def test_a_card_error_names_the_file_once_and_the_key():
     """Issue 38: a card error printed "config.yaml: config.yaml models...": the file twice."""
-    from arrepro.cluster.preflight import COMMAND_LINE, config_error
+    from arrepro.cluster.configfile import COMMAND_LINE, config_error
 
     config = copy.deepcopy(CONFIG)
     config["models"]["mamba"]["card"].pop("cost")

@@ -134,7 +134,7 @@ def alias_bomb() -> str:
     ("a: [1, 2\n", "not valid YAML"),
 ], ids=["duplicate-key", "alias-bomb", "not-yaml"])
 def test_a_config_file_is_refused_in_one_line_before_snakemake_reads_it(tmp_path, text, phrase):
-    from arrepro.cluster.preflight import ConfigFileError, check_config_file
+    from arrepro.cluster.configfile import ConfigFileError, check_config_file
 
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -144,13 +144,13 @@ def test_a_config_file_is_refused_in_one_line_before_snakemake_reads_it(tmp_path
 
 
 def test_the_config_file_passes_and_merge_keys_are_no_duplicates():
-    from arrepro.cluster.preflight import check_config_file
+    from arrepro.cluster.configfile import check_config_file
 
     check_config_file(ROOT / "config.yaml")
 
 
 def test_an_oversized_config_is_refused(tmp_path):
-    from arrepro.cluster.preflight import ConfigFileError, check_config_file
+    from arrepro.cluster.configfile import ConfigFileError, check_config_file
 
     path = tmp_path / "config.yaml"
     path.write_text("a: " + "x" * (1 << 20) + "\n")
@@ -159,7 +159,7 @@ def test_an_oversized_config_is_refused(tmp_path):
 
 
 def test_command_line_mappings_are_read_as_yaml_and_named():
-    from arrepro.cluster.preflight import COMMAND_LINE, command_line_config, config_source
+    from arrepro.cluster.configfile import COMMAND_LINE, command_line_config, config_source
 
     over = command_line_config(["lr_searches={tiny: {rounds: 1}}", "scale=tiny", "lr_protocol=grid"])
     assert over == {"lr_searches": {"tiny": {"rounds": 1}}, "scale": "tiny", "lr_protocol": "grid"}

@@ -122,19 +122,19 @@ def test_editing_a_model_file_reruns_its_cells_only(wd):
 
 
 def move_lr_schedule(wd: Path) -> Path:
-    """A refactor: ``lr_at`` (and the schedules it names) moved from train/loop.py to a new module
-    that loop.py imports (the cell's sources follow the import: arrepro.config.catalogue)."""
+    """A refactor: ``lr_at`` moved from train/loop.py to a new module that loop.py imports (the
+    cell's sources follow the import: arrepro.config.catalogue)."""
     train = wd / "src/arrepro/train/loop.py"
     text = train.read_text()
-    start = text.index("SCHEDULE_STEPS = ")
     body_start, body_end = text.index("def lr_at("), text.index("\ndef ", text.index("def lr_at(") + 1)
-    moved = text[start:text.index("\n\n", start)] + "\n\n\n" + text[body_start:body_end].rstrip() + "\n"
-    rest = text[:start] + text[text.index("\n\n", start) + 2:body_start] + text[body_end + 1:]
+    moved = text[body_start:body_end].rstrip() + "\n"
+    rest = text[:body_start] + text[body_end + 1:]
     anchor = "from arrepro.train.checkpoint import"
     assert anchor in rest
-    rest = rest.replace(anchor, "from arrepro.train.schedule import SCHEDULE_STEPS, SCHEDULES, lr_at\n" + anchor, 1)
+    rest = rest.replace(anchor, "from arrepro.train.schedule import lr_at\n" + anchor, 1)
     schedule = wd / "src/arrepro/train/schedule.py"
-    schedule.write_text('"""Learning-rate schedules."""\nimport math\n\n' + moved)
+    schedule.write_text('"""Learning-rate schedules."""\nimport math\n\nfrom arrepro.train.prepare import SCHEDULES\n\n\n'
+                        + moved)
     train.write_text(rest)
     return schedule
 

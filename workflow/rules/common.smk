@@ -20,7 +20,7 @@ from arrepro.config.cellfiles import METRICS, RESULT
 from arrepro.config.checks import load_grid
 from arrepro.config.grid import CELL_PATTERN, ConfigError, identity, one_of
 from arrepro.config.paths import data_dir, data_files
-from arrepro.cluster.preflight import config_error
+from arrepro.cluster.configfile import config_error
 
 try:
     GRID = load_grid(config)

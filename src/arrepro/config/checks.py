@@ -138,7 +138,7 @@ def check_grid(grid) -> None:
         cards(grid.models)
         for exp in grid.experiments:
             distinct_labels(grid.models, grid.experiment_models(exp), f"scales.{grid.scale_name}.experiments.{exp}")
-    except CardError as e:  # the key first (arrepro.cluster.preflight.config_error names the file)
+    except CardError as e:  # the key first (arrepro.cluster.configfile.config_error names the file)
         raise ConfigError(f"{e.key}: {e.problem}") from None
     for name, m in grid.models.items():
         if on_disk is not None and m["mixer"] not in on_disk:

@@ -171,7 +171,8 @@ def _train(a: argparse.Namespace, log: JobLog) -> int:
     numerics.pin_environment()  # before torch's first import (arrepro.train.loop imports it)
     from arrepro.digest import CodeChanged
     from arrepro.files import CannotWrite
-    from arrepro.train.loop import TrainError, train_cell  # torch: once the arguments are read
+    from arrepro.train.loop import train_cell  # torch: once the arguments are read
+    from arrepro.train.prepare import TrainError
 
     try:
         try:
