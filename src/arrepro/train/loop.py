@@ -47,8 +47,8 @@ from arrepro.train.checkpoint import CorruptCheckpoint
 from arrepro.files import atomic_write, remove_temporaries, write_json_atomic, write_text_atomic
 from arrepro.models import LanguageModel
 from arrepro.models.kernels import describe_paths, paths_used
-from arrepro.train.prepare import (SCHEDULES, TrainError, autocast_for, build_model, check_spec, fingerprint,
-                                   load_task, pick_device)
+from arrepro.train.prepare import (SCHEDULES, TrainError, autocast_for, build_model, check_lookahead, check_spec,
+                                   fingerprint, load_task, pick_device)
 
 
 class Preempted(SystemExit):
@@ -220,6 +220,7 @@ def _setup(spec: dict, data_dir, out: Path, threads: int | None, log) -> Run:
         model = build_model(spec, vocab, xtr.shape[1]).to(device)
     except (ValueError, TypeError) as e:  # arguments the mixer refuses (the workflow refuses them before any job)
         raise TrainError(f"model {spec['model']} (model_def): {e}") from e
+    check_lookahead(spec, model)  # (so does the workflow)
     opt = model.configure_optimizer(lr=spec["lr"], weight_decay=recipe["weight_decay"], betas=tuple(recipe["betas"]),
                                     fused=device.type in ("cpu", "cuda"))  # fused: ~1 ms a step less on CPU
     tag = f"{spec['model']} w{spec['width']} l{spec['layers']} lr{spec['lr']:.3g} s{spec['seed']}"

@@ -16,6 +16,7 @@ import torch
 
 from arrepro.config import defaults
 from arrepro.config.catalogue import data_sources, train_sources
+from arrepro.config.lookahead import lookahead_problem
 from arrepro.config.paths import REPO_ROOT
 from arrepro.digest import file_digest, source_digest
 from arrepro.models import LanguageModel
@@ -117,6 +118,17 @@ def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
         mixer=m["mixer"], mixer_kwargs=m["mixer_kwargs"], mlp=m["mlp"], mlp_ratio=m["mlp_ratio"],
         position=m["position"], embed_dropout=defaults.recipe(spec["recipe_def"])["embed_dropout"],
     )
+
+
+def check_lookahead(spec: dict, model: LanguageModel) -> None:
+    """Refuse a built model that sees ahead where a prediction could see its own answer
+    (arrepro.config.lookahead: the config checks' rule, here for a spec given by hand): the steps
+    its layers' mixers see ahead (their ``lookahead``), added up, on the spec's task. TrainError."""
+    ahead = sum(getattr(block.mixer, "lookahead", 0) for block in model.layers)
+    task = spec.get("task_def") if isinstance(spec.get("task_def"), dict) else {}
+    problem = lookahead_problem(ahead, task.get("kind"))
+    if problem:
+        raise TrainError(f"model {spec['model']} (model_def) at {spec['layers']} layer(s) on task {spec['task']} {problem}")
 
 
 def fingerprint(spec: dict, data_dir: str | Path) -> str:
