@@ -197,7 +197,7 @@ def test_yamls_unquoted_1e_3_is_taken_as_a_number(config):
 
 # --------------------------------------------------------------------------- the code a run planned with
 def test_a_job_whose_code_changed_since_the_plan_stops_naming_the_file(tmp_path, monkeypatch):
-    from arrepro.digest import CodeChanged, PLANNED, check_planned_code, record_planned
+    from arrepro.planned import CodeChanged, PLANNED, check_planned_code, record_planned
 
     src = tmp_path / "a.py"
     src.write_text("X = 1\n")
@@ -224,7 +224,7 @@ def test_the_trainer_stops_when_its_code_changed_since_the_plan(data, tmp_path):
     another digest than they have now: one line, nothing trained."""
     from arrepro.config.catalogue import train_sources
 
-    PLANNED = "ARREPRO_PLANNED_CODE"  # (arrepro.digest.PLANNED)
+    PLANNED = "ARREPRO_PLANNED_CODE"  # (arrepro.planned.PLANNED)
 
     paths = train_sources("attention", ROOT)
     rec = {"root": str(ROOT), "groups": {"\0".join(paths): "0" * 16}, "files": {}}

@@ -210,6 +210,28 @@ def test_editing_plotting_code_reruns_only_the_figures(wd):
     assert planned(wd) == {"figure": 2}  # fig1 and fig2
 
 
+def test_a_name_rebound_with_as_reruns_the_figures(wd):
+    """Issue 38: ``lr_label`` rebound to another function (``tex_lr as lr_label``) changed no
+    digest: `snakemake all` had nothing to do and a forced run drew other figures."""
+    plots = wd / "src/arrepro/report/plots.py"
+    old = "from arrepro.report.tex import fmt_count, lr_label"
+    assert old in plots.read_text()
+    plots.write_text(plots.read_text().replace(old, "from arrepro.report.tex import fmt_count, tex_lr as lr_label"))
+    assert planned(wd) == {"figure": 2}
+
+
+def test_a_pure_move_and_an_edit_of_an_untrained_mixer_rerun_no_paper_job(wd):
+    """Issue 38: ``_pm`` moved from report/tables.py to report/tex.py reran two figures and
+    paper_numbers (and so the paper); a real edit of the Mamba mixer reran the tiny paper, which
+    trains no Mamba. Neither plans a job now."""
+    from test_rule_sources import move_pm
+
+    move_pm(wd)
+    with open(wd / "src/arrepro/models/mixers/mamba.py", "a") as f:
+        f.write(CODE_EDIT)
+    assert planned(wd, targets=[*TARGETS, NUMBERS]) == {}
+
+
 def rerun_on_their_own(wd: Path, rules) -> set[str]:
     """Which of ``rules`` a dry run plans when only they may run (--allowed-rules: no job of
     another rule reruns, so none of theirs reruns because an upstream job does)."""
