@@ -19,8 +19,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from arrepro.cluster import internals  # noqa: E402
 from arrepro.config.checks import check_lr_lists  # noqa: E402
 from arrepro.config.grid import ConfigError  # noqa: E402
-from arrepro.cluster.preflight import (ConfigFileError, check_config_file, command_line_config,  # noqa: E402
-                                       config_error, config_problem, share_package)
+from arrepro.cluster.configfile import (ConfigFileError, check_config_file, command_line_config,  # noqa: E402
+                                        config_error, config_problem)
+from arrepro.cluster.preflight import share_package  # noqa: E402
 
 # Before Snakemake reads config.yaml: its size, YAML aliases that would expand without end, and
 # keys given twice (YAML keeps the last silently), each refused in one line

@@ -122,19 +122,19 @@ def test_editing_a_model_file_reruns_its_cells_only(wd):
 
 
 def move_lr_schedule(wd: Path) -> Path:
-    """A refactor: ``lr_at`` (and the schedules it names) moved from train/loop.py to a new module
-    that loop.py imports (the cell's sources follow the import: arrepro.config.catalogue)."""
+    """A refactor: ``lr_at`` moved from train/loop.py to a new module that loop.py imports (the
+    cell's sources follow the import: arrepro.config.catalogue)."""
     train = wd / "src/arrepro/train/loop.py"
     text = train.read_text()
-    start = text.index("SCHEDULE_STEPS = ")
     body_start, body_end = text.index("def lr_at("), text.index("\ndef ", text.index("def lr_at(") + 1)
-    moved = text[start:text.index("\n\n", start)] + "\n\n\n" + text[body_start:body_end].rstrip() + "\n"
-    rest = text[:start] + text[text.index("\n\n", start) + 2:body_start] + text[body_end + 1:]
+    moved = text[body_start:body_end].rstrip() + "\n"
+    rest = text[:body_start] + text[body_end + 1:]
     anchor = "from arrepro.train.checkpoint import"
     assert anchor in rest
-    rest = rest.replace(anchor, "from arrepro.train.schedule import SCHEDULE_STEPS, SCHEDULES, lr_at\n" + anchor, 1)
+    rest = rest.replace(anchor, "from arrepro.train.schedule import lr_at\n" + anchor, 1)
     schedule = wd / "src/arrepro/train/schedule.py"
-    schedule.write_text('"""Learning-rate schedules."""\nimport math\n\n' + moved)
+    schedule.write_text('"""Learning-rate schedules."""\nimport math\n\nfrom arrepro.train.prepare import SCHEDULES\n\n\n'
+                        + moved)
     train.write_text(rest)
     return schedule
 
@@ -208,6 +208,28 @@ def test_editing_plotting_code_reruns_only_the_figures(wd):
     with open(wd / "src/arrepro/report/plots.py", "a") as f:
         f.write(CODE_EDIT)
     assert planned(wd) == {"figure": 2}  # fig1 and fig2
+
+
+def test_a_name_rebound_with_as_reruns_the_figures(wd):
+    """Issue 38: ``lr_label`` rebound to another function (``tex_lr as lr_label``) changed no
+    digest: `snakemake all` had nothing to do and a forced run drew other figures."""
+    plots = wd / "src/arrepro/report/plots.py"
+    old = "from arrepro.report.tex import fmt_count, lr_label"
+    assert old in plots.read_text()
+    plots.write_text(plots.read_text().replace(old, "from arrepro.report.tex import fmt_count, tex_lr as lr_label"))
+    assert planned(wd) == {"figure": 2}
+
+
+def test_a_pure_move_and_an_edit_of_an_untrained_mixer_rerun_no_paper_job(wd):
+    """Issue 38: ``_pm`` moved from report/tables.py to report/tex.py reran two figures and
+    paper_numbers (and so the paper); a real edit of the Mamba mixer reran the tiny paper, which
+    trains no Mamba. Neither plans a job now."""
+    from test_rule_sources import move_pm
+
+    move_pm(wd)
+    with open(wd / "src/arrepro/models/mixers/mamba.py", "a") as f:
+        f.write(CODE_EDIT)
+    assert planned(wd, targets=[*TARGETS, NUMBERS]) == {}
 
 
 def rerun_on_their_own(wd: Path, rules) -> set[str]:

@@ -14,13 +14,14 @@ from arrepro.search import cover, protocol_check
 from arrepro.search.rounds import Searches, round_cells, search_cells
 from arrepro.report import blocks
 from arrepro.train import runfile
-from arrepro.digest import record_planned, source_digest
+from arrepro.digest import source_digest
+from arrepro.planned import record_planned
 from arrepro.config.catalogue import script_sources, train_sources
 from arrepro.config.cellfiles import METRICS, RESULT
 from arrepro.config.checks import load_grid
 from arrepro.config.grid import CELL_PATTERN, ConfigError, Setting, identity, one_of
 from arrepro.config.paths import data_dir, data_files
-from arrepro.cluster.preflight import config_error
+from arrepro.cluster.configfile import config_error
 
 try:
     GRID = load_grid(config)
@@ -49,7 +50,7 @@ def code(*paths):
     """A digest of these source files' code (comments, docstrings, formatting ignored). Rules
     record it as a param instead of declaring the files as inputs: Snakemake reruns a job when
     its params change, so a comment edit reruns nothing and a code edit exactly its jobs. The
-    jobs check that their code still has this digest when they start (arrepro.digest:
+    jobs check that their code still has this digest when they start (arrepro.planned:
     record_planned, check_planned_code): an edit while the workflow runs stops them."""
     digest = source_digest(paths, ROOT)
     record_planned(paths, digest, ROOT)
