@@ -37,6 +37,7 @@ over 0.10 in under 2% of settings, no family worse than 0.02 and 5%; both cost t
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import importlib.util
 import math
@@ -194,8 +195,9 @@ def old_protocol(commit: str):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
     for path in _protocol_files(commit):  # one module, or (since the split) the package's modules as one
-        src = "\n".join(line for line in show(path).splitlines() if not line.startswith("from arrepro."))
-        exec(compile(src, f"{commit}:{path}", "exec"), mod.__dict__)
+        tree = ast.parse(show(path))  # the package's imports of its own modules left out: one namespace
+        tree.body = [s for s in tree.body if not (isinstance(s, ast.ImportFrom) and (s.module or "").startswith("arrepro"))]
+        exec(compile(tree, f"{commit}:{path}", "exec"), mod.__dict__)
     e = cfg["lr_searches"]["best"]
     specs = {}
     for tier in (None, "big"):

@@ -21,9 +21,20 @@ def explore_level(spec: SearchSpec, ev: Evidence) -> int:
     return max(len(spec.search_seeds), first + 1)
 
 
+def seed_order(spec: SearchSpec, ev: Evidence, lrs) -> list[float]:
+    """The one order in which learning rates get seeds (the ladder's steps, its last step taken
+    at once, contenders): once a cell of some seed has learned, the most promising first with a
+    scan (``Evidence.by_promise``), the best score first without (``Evidence.ranked``); while
+    nothing has learned on any seed the ranking is noise, so the cheapest to complete first (the
+    most seeds, then the better score, then the lower learning rate)."""
+    if not ev.learned_any:
+        return sorted(lrs, key=lambda lr: (-ev.n(lr), -ev.score(lr), lr))
+    return ev.by_promise(lrs) if spec.scan else ev.ranked(lrs)
+
+
 def _ladder_gap(spec: SearchSpec, ev: Evidence) -> tuple[int, list[float]]:
-    """The lowest ladder step whose ``take`` best-scoring learning rates (among those with the
-    step before's seeds) do not all have its seeds yet: (its seeds, those learning rates);
+    """The lowest ladder step whose ``take`` first learning rates in ``seed_order`` (among those
+    with the step before's seeds) do not all have its seeds yet: (its seeds, those learning rates);
     (0, []) when the ladder holds. While nothing has learned on any seed, the ranking is noise:
     instead, every learning rate tried gets the next seed (one at a time, before the last step),
     so that the setting is called "not learned" only after its seeds looked everywhere."""
@@ -33,10 +44,7 @@ def _ladder_gap(spec: SearchSpec, ev: Evidence) -> tuple[int, list[float]]:
         if k + 1 < n:
             return k + 1, [lr for lr in ev.tried if ev.n(lr) == k]
     for (seeds, take), before in zip(spec.ladder, spec.levels):
-        pool = [lr for lr in ev.tried if ev.n(lr) >= before]
-        # nothing learned anywhere (after a scan): the ranking is noise, so the cheapest to complete
-        top = ((ev.by_promise(pool) if spec.scan else ev.ranked(pool)) if ev.learned_any or not spec.scan
-               else sorted(pool, key=lambda lr: (-ev.n(lr), -ev.score(lr), lr)))[:take]
+        top = seed_order(spec, ev, [lr for lr in ev.tried if ev.n(lr) >= before])[:take]
         lift = [lr for lr in top if ev.n(lr) < seeds]
         if lift:
             return seeds, lift
@@ -83,26 +91,25 @@ def _can_widen(spec: SearchSpec, ev: Evidence, left: int | None) -> bool:
 
 
 def contenders(spec: SearchSpec, ev: Evidence) -> list[float]:
-    """Learning rates not on every seed whose bound beats the best candidate's mean, best score first."""
+    """Learning rates not on every seed whose bound beats the best candidate's mean, in ``seed_order``."""
     full = ev.full()
     if not full or not ev.learned_any:  # nothing learned on any seed: nothing to beat
         return []
     top = max(full.values())
-    left = [lr for lr in ev.tried if lr not in full and ev.bound(lr) > top + EXACT]
-    return ev.by_promise(left) if spec.scan else ev.ranked(left)
+    return seed_order(spec, ev, [lr for lr in ev.tried if lr not in full and ev.bound(lr) > top + EXACT])
 
 
 def _maybe_good(spec: SearchSpec, ev: Evidence) -> list[float]:
-    """For a window: learning rates not on every seed that score as good so far, best score first."""
+    """For a window: learning rates not on every seed that score as good so far, in ``seed_order``."""
     full = ev.full()
-    return ev.ranked([lr for lr in ev.tried if lr not in full and ev.score(lr) >= spec.good])
+    return seed_order(spec, ev, [lr for lr in ev.tried if lr not in full and ev.score(lr) >= spec.good])
 
 
 def climb(spec: SearchSpec, ev: Evidence, left: int, last: bool) -> tuple[list[tuple[float, int]], str]:
     """The seeds round, within ``left`` cells: the ladder's next step (in the ``last`` round
     allowed, or where the budget no longer affords the steps between, straight to the candidates
     on every seed), else contenders (then, for a window, learning rates that may still be good)
-    one step each (in the last round, to every seed), best score first."""
+    one step each (in the last round, to every seed), in ``seed_order``."""
     n = len(spec.seeds)
     seeds, lift = _ladder_gap(spec, ev)
     why = ""
@@ -111,11 +118,9 @@ def climb(spec: SearchSpec, ev: Evidence, left: int, last: bool) -> tuple[list[t
         cost = sum(len(_lift(spec, ev, lr, to)) for lr, to in todo)
         after = _finish_reserve(spec, ev, lifted={lr: to for lr, to in todo})
         if seeds < n and (last or cost + after > left):
-            # nothing learned anywhere: the ranking is noise, so the cheapest to complete
-            rank = ev.ranked(ev.tried) if ev.learned_any else sorted(ev.tried, key=lambda lr: (-ev.n(lr), -ev.score(lr), lr))
-            top = rank[:spec.candidates]
+            top = seed_order(spec, ev, ev.tried)[:spec.candidates]
             todo = [(lr, n) for lr in top if ev.n(lr) < n]
-            why = f"the ladder's last step (the {'round' if last else 'cell'} budget): the best {len(todo)} by score climb to {n} seeds"
+            why = f"the ladder's last step (the {'round' if last else 'cell'} budget): {len(todo)} learning rate(s) climb to {n} seeds"
         elif seeds < n and not ev.learned_any:
             why = f"nothing learned yet: every learning rate tried climbs to {seeds} seeds"
         else:

@@ -7,7 +7,6 @@ import math
 
 from arrepro.search.protocol.evidence import Evidence, best
 from arrepro.search.protocol.ladder import _can_widen
-from arrepro.search.protocol.scan import _to_scan_lattice
 from arrepro.search.protocol.spec import LOG_EPS, RES_TOL, SearchSpec, _at_bound, _lrs, decades, midpoint, snap
 
 
@@ -25,7 +24,7 @@ def _extend(x: float, direction: int, spec: SearchSpec, n: int) -> list[float]:
     out, bound = [], spec.lo if direction < 0 else spec.hi
     for k in range(1, n + 1):
         if spec.scan:
-            y = _to_scan_lattice(spec, snap(10 ** (math.log10(x) + direction * k * spec.scan)))
+            y = spec.to_scan_lattice(snap(10 ** (math.log10(x) + direction * k * spec.scan)))
         else:
             y = snap(10 ** _on_lattice(math.log10(x) + direction * k * spec.step, spec.step))
         y = max(y, spec.lo) if direction < 0 else min(y, spec.hi)
@@ -47,7 +46,7 @@ def _side(x: float, tried: list[float], direction: int, spec: SearchSpec, n: int
     nb = max(beyond) if direction < 0 else min(beyond)
     if decades(x, nb) <= spec.resolution + RES_TOL:
         return [], "resolved"
-    return [_to_scan_lattice(spec, midpoint(x, nb))], "gap"
+    return [spec.to_scan_lattice(midpoint(x, nb))], "gap"
 
 
 def _why(kind: str, subject: str, direction: int, new: list[float]) -> str:

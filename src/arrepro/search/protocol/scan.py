@@ -2,21 +2,8 @@
 decades through the start grid's lowest point), ring by ring and seed by seed."""
 from __future__ import annotations
 
-import math
-
 from arrepro.search.protocol.evidence import Evidence
-from arrepro.search.protocol.spec import LOG_EPS, SearchSpec, _lrs, decades, snap
-
-
-def _to_scan_lattice(spec: SearchSpec, lr: float) -> float:
-    """``lr`` on the scan's lattice (``scan`` decades through the start grid's lowest point) when
-    within 0.02 decades of it, so that a search on the literal grid's lattice tries its rates
-    exactly (extending 1e-2 by two thirds of a decade gives 4.64e-2, not 4.65e-2)."""
-    if not spec.scan:
-        return lr
-    a = spec.scan_anchor
-    q = a + round((math.log10(lr) - a) / spec.scan) * spec.scan
-    return snap(10 ** q) if abs(math.log10(lr) - q) <= 0.02 else lr
+from arrepro.search.protocol.spec import LOG_EPS, SearchSpec, _lrs, decades
 
 
 SCAN_RESERVE = 1  # candidates the scan keeps cells for (on every seed) should it find a learning rate that learns

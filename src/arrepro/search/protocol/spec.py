@@ -152,6 +152,19 @@ class SearchSpec:
         every ``scan`` decades from it)."""
         return math.log10(min(self.start))
 
+    def lattice(self, k: int) -> float:
+        """log10 of the scan lattice's ``k``-th point (0: the anchor; the one place it is computed)."""
+        return self.scan_anchor + k * self.scan
+
+    def to_scan_lattice(self, lr: float) -> float:
+        """``lr`` on the scan's lattice when within 0.02 decades of it (else ``lr``; no scan: ``lr``),
+        so that a search on the literal grid's lattice tries its rates exactly (extending 1e-2 by two
+        thirds of a decade gives 4.64e-2, not 4.65e-2)."""
+        if not self.scan:
+            return lr
+        x = self.lattice(round((math.log10(lr) - self.scan_anchor) / self.scan))
+        return snap(10 ** x) if abs(math.log10(lr) - x) <= 0.02 else lr
+
     def scan_points(self) -> list[tuple[float, int]]:
         """The learning rates a scan visits, each with its *ring*: the lattice through the start
         grid's lowest point, ``scan`` decades apart, inside the range; ring 0 inside the start
@@ -164,7 +177,7 @@ class SearchSpec:
         ks = range(math.ceil((lo - a) / self.scan - RES_TOL), math.floor((hi - a) / self.scan + RES_TOL) + 1)
         out = []
         for k in ks:
-            x = a + k * self.scan
+            x = self.lattice(k)
             beyond = max(a - x, x - top, 0.0) / self.scan
             out.append((snap(10 ** x), max(0, math.ceil(beyond - RES_TOL))))
         return out
