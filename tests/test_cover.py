@@ -84,3 +84,39 @@ def test_a_search_not_done_is_refused():
         searches = {"attn": e}
     with pytest.raises(ValueError, match="not done"):
         cover.write("/nonexistent/x.json", "fig3", [P()], ["attn"], 3)
+
+
+# --------------------------------------------------------------------------- in the workflow
+def test_a_setting_at_chance_trains_its_rivals_best_rate_and_the_table_counts_it(tmp_path):
+    """The tiny scale with an experiment that covers: 2-layer attention searched on L8 (it learns),
+    1-layer attention at width 8 trained at 3.16e-2 alone (at chance, where the search of the
+    2-layer one does not end). The cover job lists the 1-layer one at the 2-layer one's best rate,
+    Snakemake trains that cell, the best table counts it among the candidates, and a second run
+    plans nothing."""
+    import pandas as pd
+    import yaml
+
+    from test_workflow import planned, smk
+    from workflow_copy import copy_workflow
+
+    wd = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wd / "config.yaml").read_text())
+    tiny = cfg["scales"]["tiny"]
+    searched = dict(tiny["experiments"]["fig1"]["grids"][0])
+    # one rate inside a range: the cover may train others there
+    cfg["lr_searches"]["one_rate"] = {"start": [3.16e-2], "range": [1e-4, 1e-1], "rounds": 0, "search_seeds": "all"}
+    fixed = {**searched, "series": "one rate", "widths": [8], "layers": [1], "search": "one_rate"}
+    tiny["experiments"]["fig3"] = {"title": "tiny: a cover", "plot": "width", "cover": 2, "grids": [searched, fixed]}
+    (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    target = "results/tiny/tables/fig3_best.csv"
+    smk(wd, "--cores", "2", target, "--config", "scale=tiny")
+    covers, settings = cover.read(wd / "results/tiny/searches/cover/fig3.json")
+    best = pd.read_csv(wd / target, comment="#")
+    big, small = best[best["layers"] == 2].iloc[0], best[best["layers"] == 1].iloc[0]
+    assert big["mean"] >= LEARNED - 0.2  # (L8 has K = 2: learned from 0.625) the 2-layer one learns
+    if small["mean"] >= 0.625:
+        pytest.skip("1-layer attention learned here: nothing to cover")
+    assert [(settings[c.search]["width"], c.lr, c.seeds) for c in covers] == [(8, big["best_lr"], (0,))]
+    assert f"{big['best_lr']:.3g}" in str(small["candidates"]).split(";") and str(small["cover"]) == f"{big['best_lr']:.3g}"
+    assert planned(wd, targets=[target]) == {}
