@@ -37,7 +37,7 @@ from arrepro.config.costs import GROUP_TIERS, group, setting_spec
 from arrepro.config.grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
 from arrepro.files import UnreadableFile
 from arrepro.search.plans import Plan, write_report
-from arrepro.search.protocol import Round, SearchSpec, State, cells_of, decide, state_window
+from arrepro.search.protocol import Round, SearchSpec, SpecError, State, cells_of, decide, state_window
 from arrepro.search.protocol.spec import close_rounds
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
@@ -136,6 +136,8 @@ class Searches:
             raise ConfigError(f"{key}.tier_budget: unknown cost tier(s) {unknown}; known: {tiers}")
         try:
             return search_spec(d, start, seeds, learned, GOOD, self._tier(setting))
+        except SpecError as err:
+            raise ConfigError(f"{key}.{err.field}: {err.message} (used by {where})") from None
         except ValueError as err:
             raise ConfigError(f"{key}: {err} (used by {where})") from None
 

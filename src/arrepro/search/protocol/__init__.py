@@ -63,4 +63,5 @@ from arrepro.search.protocol.goodwindow import Window, state_window, wider, wind
 from arrepro.search.protocol.ladder import climb, contenders
 from arrepro.search.protocol.refine import explore
 from arrepro.search.protocol.scan import scan_round
-from arrepro.search.protocol.spec import EXACT, KINDS, LOG_EPS, RES_TOL, Round, SearchSpec, State, decades, midpoint, snap
+from arrepro.search.protocol.spec import (EXACT, KINDS, LOG_EPS, MAX_SCAN_POINTS, MIN_SCAN, RES_TOL, Round,
+                                          SearchSpec, SpecError, State, decades, midpoint, snap)

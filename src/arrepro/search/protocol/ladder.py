@@ -23,11 +23,12 @@ def explore_level(spec: SearchSpec, ev: Evidence) -> int:
 
 def seed_order(spec: SearchSpec, ev: Evidence, lrs) -> list[float]:
     """The one order in which learning rates get seeds (the ladder's steps, its last step taken
-    at once, contenders): once a cell of some seed has learned, the most promising first with a
-    scan (``Evidence.by_promise``), the best score first without (``Evidence.ranked``); while
-    nothing has learned on any seed the ranking is noise, so the cheapest to complete first (the
-    most seeds, then the better score, then the lower learning rate)."""
-    if not ev.learned_any:
+    at once, contenders, a window's good rates, the ladder's expected cost): the most promising
+    first with a scan (``Evidence.by_promise``), the best score first without (``Evidence.ranked``);
+    where nothing has learned on any seed after a scan (which looked everywhere on its seeds), the
+    ranking is noise: the cheapest to complete first (the most seeds, then the better score, then
+    the lower learning rate)."""
+    if not ev.learned_any and spec.scan:
         return sorted(lrs, key=lambda lr: (-ev.n(lr), -ev.score(lr), lr))
     return ev.by_promise(lrs) if spec.scan else ev.ranked(lrs)
 
@@ -53,8 +54,8 @@ def _ladder_gap(spec: SearchSpec, ev: Evidence) -> tuple[int, list[float]]:
 
 def _ladder_cost(spec: SearchSpec, ev: Evidence, new: int = 0) -> int:
     """Cells the ladder still needs if ``new`` untried learning rates joined at the exploration
-    level, all at the top, and no ranking changed on the way up."""
-    counts = [explore_level(spec, ev)] * new + [ev.n(lr) for lr in ev.ranked(ev.tried)]
+    level, all at the top, and no ranking (``seed_order``) changed on the way up."""
+    counts = [explore_level(spec, ev)] * new + [ev.n(lr) for lr in seed_order(spec, ev, ev.tried)]
     cost = 0
     for (seeds, take), before in zip(spec.ladder, spec.levels):
         for i in [i for i, c in enumerate(counts) if c >= before][:take]:

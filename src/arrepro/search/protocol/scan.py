@@ -26,7 +26,7 @@ def scan_round(spec: SearchSpec, ev: Evidence, left: int, k: int) -> tuple[list[
     that would put ``SCAN_RESERVE`` candidates on every seed should the scan find something (from
     the fewest seeds a new cell leaves a learning rate on). No score at chance chooses where."""
     n = len(spec.seeds)
-    depth = min(spec.scan_seeds, n - 1)
+    depth = spec.scan_depth
     want = sorted((i + ring if i else 0, i, ring, p) for p, ring in spec.scan_points()
                   for i in range(_seeds_at(ev, p), depth) if i == 0 or i + ring <= k)
     per = min(SCAN_RESERVE, spec.candidates) if spec.ladder else 0
@@ -41,7 +41,7 @@ def scan_round(spec: SearchSpec, ev: Evidence, left: int, k: int) -> tuple[list[
     by_seed: dict[int, list[float]] = {}
     for p, s in cells:
         by_seed.setdefault(s, []).append(p)
-    lo, hi = spec.scan_range or (spec.lo, spec.hi)
+    lo, hi = spec.scan_span
     why = (f"nothing learned on the seeds so far: the scan ({spec.scan:.3g} decades apart over [{lo:g}, {hi:g}]), "
            f"round {k + 1}: " + "; ".join(f"seed {s} at {_lrs(sorted(ps))}" for s, ps in by_seed.items())
            + (f" ({len(want) - len(cells)} left out: the budget)" if len(want) > len(cells) else ""))

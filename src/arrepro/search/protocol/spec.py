@@ -13,6 +13,11 @@ LOG_EPS = 1e-6  # decades: two learning rates this close in log10 are the same p
 # 4e-4 decades (1.78e-3 is 0.2504 decades from 1e-3): both are the resolution they mean.
 RES_TOL = 1e-3
 KINDS = ("start", "scan", "refine", "seeds")
+# the scan's lattice: no finer than learning rates of three significant digits tell apart (two
+# points 0.005 decades apart never snap to one rate; 0.01 with room), and at most this many points
+# (each ring beyond the start grid's span is a round of the workflow)
+MIN_SCAN = 0.01
+MAX_SCAN_POINTS = 50
 
 
 def snap(lr: float) -> float:
@@ -53,6 +58,15 @@ def close_rounds(start, lo: float, hi: float, resolution: float) -> int:
     return max(math.ceil(decades(x, b) / step - RES_TOL) for x, b in ((min(start), lo), (max(start), hi)))
 
 
+class SpecError(ValueError):
+    """A spec that cannot be searched, naming its field at fault (the same key in an ``lr_searches``
+    entry of config.yaml)."""
+
+    def __init__(self, field_: str, message: str):
+        super().__init__(f"{field_}: {message}")
+        self.field, self.message = field_, message
+
+
 @dataclass(frozen=True)
 class SearchSpec:
     """One setting's search, fully resolved (numbers, not names).
@@ -78,7 +92,7 @@ class SearchSpec:
     learned: float  # no cell of any seed reaching this: nothing learned (arrepro.search.thresholds)
     good: float  # a learning rate is in the good window when its mean reaches this
     scan: float = 0.0  # decades: while nothing learned, the range is scanned this finely (0: no scan)
-    scan_seeds: int = 2  # the scan covers every scan point on this many seeds, one round a seed
+    scan_seeds: int = 2  # the scan covers every scan point on this many seeds (at most every seed), one round a seed
     scan_range: tuple[float, ...] = ()  # (lo, hi): the span the scan covers (empty: the range)
     close: bool = False  # a curve: extend each edge where a seed learned until every seed there has not (or the range ends)
 
@@ -92,6 +106,7 @@ class SearchSpec:
             raise ValueError("resolution must be > 0, rounds >= 0, per_round >= 1, budget >= 0")
         if self.scan < 0 or self.scan_seeds < 1:
             raise ValueError("scan must be >= 0 (decades; 0: no scan) and scan_seeds >= 1")
+        self._check_scan()
         levels = self.levels
         if levels[-1] != len(self.seeds) or any(b <= a for a, b in zip(levels, levels[1:])):
             raise ValueError(f"ladder {[list(x) for x in self.ladder]}: its seeds must rise from the "
@@ -102,6 +117,27 @@ class SearchSpec:
         if self.budget and self.budget < self.first_cells() + self.ladder_cells():
             raise ValueError(f"budget {self.budget} is less than the start grid's {self.first_cells()} cells plus the "
                              f"ladder's {self.ladder_cells()}")
+
+    def _check_scan(self) -> None:
+        """The scan's span inside the range (the search never leaves it) and its lattice bounded:
+        no two points one learning rate, at most ``MAX_SCAN_POINTS`` points."""
+        if self.scan_range:
+            span = list(self.scan_range)
+            if len(span) != 2 or not span[0] < span[1]:
+                raise SpecError("scan_range", f"{span} is not a span; give [lo, hi] with lo < hi")
+            if not (self.lo * (1 - 1e-12) <= span[0] and span[1] <= self.hi * (1 + 1e-12)):
+                raise SpecError("scan_range", f"[{span[0]:g}, {span[1]:g}] is not inside the range [{self.lo:g}, "
+                                f"{self.hi:g}], which the search never leaves")
+        if not self.scan:
+            return
+        if self.scan < MIN_SCAN:
+            raise SpecError("scan", f"{self.scan:g} decades is finer than {MIN_SCAN:g} (learning rates are kept to "
+                            "three significant digits: a finer lattice names one rate twice)")
+        n = len(self.scan_points())
+        if n > MAX_SCAN_POINTS:
+            lo, hi = self.scan_span
+            raise SpecError("scan", f"{self.scan:g} decades over [{lo:g}, {hi:g}] is {n} scan points; at most "
+                            f"{MAX_SCAN_POINTS} (a coarser scan, or a narrower scan_range)")
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -138,7 +174,18 @@ class SearchSpec:
         """Scan rounds at most (each a ring further out and a seed deeper in), where a refinement can follow."""
         if not (self.scan and self.rounds):
             return 0
-        return min(self.scan_seeds, len(self.seeds) - 1) + max((r for _, r in self.scan_points()), default=0)
+        return self.scan_depth + max((r for _, r in self.scan_points()), default=0)
+
+    @property
+    def scan_depth(self) -> int:
+        """Seeds the scan covers: ``scan_seeds``, at most every seed (one seed: the search seed)."""
+        return min(self.scan_seeds, len(self.seeds))
+
+    @property
+    def scan_span(self) -> tuple[float, float]:
+        """(lo, hi): the learning rates the scan covers, ``scan_range`` or the range."""
+        lo, hi = self.scan_range or (self.lo, self.hi)
+        return lo, hi
 
     @property
     def max_rounds(self) -> int:
@@ -171,8 +218,7 @@ class SearchSpec:
         grid's span, ring k the k-th lattice point beyond it on either side."""
         if not self.scan:
             return []
-        lo, hi = self.scan_range or (self.lo, self.hi)
-        a, lo, hi = self.scan_anchor, math.log10(max(lo, self.lo)), math.log10(min(hi, self.hi))
+        a, (lo, hi) = self.scan_anchor, (math.log10(x) for x in self.scan_span)
         top = math.log10(max(self.start))
         ks = range(math.ceil((lo - a) / self.scan - RES_TOL), math.floor((hi - a) / self.scan + RES_TOL) + 1)
         out = []
