@@ -87,13 +87,16 @@ def test_two_models_with_one_label_where_they_meet_are_refused_naming_both():
     with pytest.raises(ConfigError, match=re.escape(f"scales.demo.experiments.{exp}: models 'hyena' and 'mamba'")
                        + ".*models.hyena.card.label.*models.mamba.card.label"):
         load_grid(config, "demo")
-    # a model a variant varies (its label is a row of Table 4): its label meets the variants' bases'
+    # the models the variants of Table 4 vary are its rows (by label), though the grid names only the variants
     config = copy.deepcopy(CONFIG)
-    t4 = next(e for e, x in config["scales"]["paper"]["experiments"].items() if x.get("table") == "positional")
-    bases = [m for m in Grid(config, "paper").experiment_models(t4) if config["models"][m]["card"]["role"] == "core"]
-    config["models"][bases[1]]["card"]["label"] = config["models"][bases[0]]["card"]["label"]
-    with pytest.raises(ConfigError, match=re.escape(f"scales.paper.experiments.{t4}: models")):
-        load_grid(config, "paper")
+    exps = config["scales"]["demo"]["experiments"]
+    t4 = next(e for e, x in exps.items() if x.get("table") == "positional")
+    exps[t4]["grids"] = [{**exps[t4]["grids"][0], "models": ["mamba_pe_rope", "hyena_pe_rope"]}]
+    config["scales"]["demo"]["experiments"] = {t4: exps[t4]}
+    load_grid(config, "demo")
+    config["models"]["hyena"]["card"]["label"] = config["models"]["mamba"]["card"]["label"]
+    with pytest.raises(ConfigError, match=re.escape(f"scales.demo.experiments.{t4}: models 'mamba' and 'hyena'")):
+        load_grid(config, "demo")
 
 
 def test_the_cost_model_reads_the_card_and_refuses_a_spec_without_one():

@@ -150,15 +150,41 @@ def test_the_workflow_profile_leaves_snakemakes_code_trigger_off():
     assert set(triggers) == {"mtime", "params", "input", "software-env"}, triggers
 
 
-def loaded_on_import(script: str) -> set[str]:
-    """The package's modules that importing ``script`` loads (not as __main__, not under
-    Snakemake: only what its top level imports), from the interpreter's ``sys.modules``."""
-    code = ("import runpy, sys, json; from pathlib import Path; runpy.run_path(sys.argv[1], run_name='imported'); "
-            "print(json.dumps(sorted(str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items()) "
-            "if n.split('.')[0] == 'arrepro' and getattr(m, '__file__', None))))")
-    p = subprocess.run([sys.executable, "-c", code, str(ROOT / script)], capture_output=True, text=True, cwd=ROOT)
+# one process imports the heavy libraries once, then forks a child per script that imports it
+# (run_path, not as __main__ and not under Snakemake: only what its top level imports) and prints
+# the package's modules in its sys.modules
+LOADED = """
+import json, os, runpy, sys
+from pathlib import Path
+import matplotlib, numpy, pandas, yaml  # noqa: F401,E401 (inherited by every child; no script imports torch at its top)
+matplotlib.use("Agg")
+import seaborn  # noqa: F401,E402
+for script in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        runpy.run_path(script, run_name="imported")
+        found = sorted(str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items())
+                       if n.split(".")[0] == "arrepro" and getattr(m, "__file__", None))
+        print(json.dumps([script, found]), flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, script
+"""
+
+
+def loaded_on_import(*scripts: str) -> dict[str, set[str]]:
+    """The package's modules (with the script) that importing each script loads, from the
+    interpreter's own ``sys.modules``."""
+    p = subprocess.run([sys.executable, "-c", LOADED, *(str(ROOT / s) for s in scripts)], capture_output=True,
+                       text=True, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
-    return {str(Path(f).relative_to(ROOT)) for f in json.loads(p.stdout.splitlines()[-1])} | {script}
+    out = {}
+    for line in p.stdout.splitlines():
+        script, found = json.loads(line)
+        rel = str(Path(script).relative_to(ROOT))
+        out[rel] = {str(Path(f).relative_to(ROOT)) for f in found} | {rel}
+    assert set(out) == set(scripts), p.stdout[-2000:]
+    return out
 
 
 def test_the_derived_sources_are_what_the_scripts_load():
@@ -168,13 +194,15 @@ def test_the_derived_sources_are_what_the_scripts_load():
     mixer, whose module and CPU kernel the package imports by name."""
     from arrepro.config.catalogue import data_sources, script_sources, train_sources
 
-    for script in set(rule_scripts().values()):
+    scripts = sorted(set(rule_scripts().values()))
+    on_import = loaded_on_import(*scripts)
+    for script in scripts:
         listed = set(script_sources(script, ROOT))
-        assert loaded_on_import(script) <= listed <= traced(ROOT, script), script
+        assert on_import[script] <= listed <= traced(ROOT, script), script
     assert set(data_sources(ROOT)) <= traced(ROOT, "scripts/make_data.py")
     for mixer in sorted(mixer_names()):
         listed = set(train_sources(mixer, ROOT))
-        assert loaded_on_import(TRAIN_SCRIPT) <= listed <= traced(ROOT, TRAIN_SCRIPT, *dynamic_modules(mixer)), mixer
+        assert on_import[TRAIN_SCRIPT] <= listed <= traced(ROOT, TRAIN_SCRIPT, *dynamic_modules(mixer)), mixer
         assert {f"src/arrepro/{m.replace('.', '/').removeprefix('arrepro/')}.py" for m in dynamic_modules(mixer)} <= listed
 
 

@@ -381,13 +381,13 @@ def _imports_of(keys: set[str], files: list[Path], ids: dict[Path, str]) -> list
     out = []
     for f in files:
         for level, module, names in imports(f):
+            named = [n for n in names if f"def {n}" in keys or f"name {n}" in keys]
+            if not named:  # (before the paths: most imports name none of them)
+                continue
             for target in _module_files(f, level, module):
                 tid = ids.get(target.resolve()) if target.exists() else None
-                if tid is None:
-                    continue
-                for n in names:
-                    if f"def {n}" in keys or f"name {n}" in keys:
-                        out.append(f"import {n}\0{ids[f.resolve()]}\0{tid}\0")
+                if tid is not None:
+                    out += [f"import {n}\0{ids[f.resolve()]}\0{tid}\0" for n in named]
     return out
 
 

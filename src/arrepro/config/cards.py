@@ -32,7 +32,7 @@ CONFIG = "config.yaml"
 
 class CardError(ValueError):
     """A card that is missing a field or names no model: ``key`` (the config key, e.g.
-    ``models.mamba.card.of``) and ``problem``; the message names the file and the key once."""
+    models.mamba.card.of) and ``problem``; the message names the file and the key once."""
 
     def __init__(self, key: str, problem: str):
         super().__init__(f"{CONFIG} {key}: {problem}")
