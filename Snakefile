@@ -59,6 +59,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/gpushare.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/search.smk"
+include: "workflow/rules/cover.smk"
 include: "workflow/rules/preflight.smk"  # before the DAG: what the run needs, what it must rebuild
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"

@@ -99,7 +99,7 @@ def comment_edit(path: Path) -> None:
 
 @pytest.mark.parametrize("path", ["src/arrepro/train/loop.py", "src/arrepro/models/backbone.py", "src/arrepro/models/ops.py",
                                   "src/arrepro/models/mixers/attention.py", "src/arrepro/report/plots.py",
-                                  "src/arrepro/report/aggregate.py", "src/arrepro/data/mqar.py", "src/arrepro/search/protocol.py",
+                                  "src/arrepro/report/aggregate.py", "src/arrepro/data/mqar.py", "src/arrepro/search/protocol/decision.py",
                                   "src/arrepro/search/rounds.py"])
 def test_a_comment_or_docstring_edit_reruns_nothing(wd, path):
     comment_edit(wd / path)
@@ -489,7 +489,7 @@ def test_an_interrupted_search_resumes_without_redoing_finished_rounds_and_decid
 
 
 def test_editing_the_search_code_reruns_its_rounds_not_its_cells(wd):
-    with open(wd / "src/arrepro/search/protocol.py", "a") as f:
+    with open(wd / "src/arrepro/search/protocol/decision.py", "a") as f:
         f.write(CODE_EDIT)
     jobs = planned(wd)
     assert "train" not in jobs and jobs["search_round"] >= 1

@@ -83,12 +83,12 @@ NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def lr_lists(config: dict):
-    """(key, list) of every learning-rate list in ``config``: lr_grids, each search's start and
-    range, each grid's lrs and each experiment's reference_lrs (a name of an lr grid is no list)."""
+    """(key, list) of every learning-rate list in ``config``: lr_grids, each search's start,
+    range and scan_range, each grid's lrs and each experiment's reference_lrs (a name of an lr grid is no list)."""
     for name, lrs in (config.get("lr_grids") or {}).items():
         yield f"lr_grids.{name}", lrs
     for name, s in (config.get("lr_searches") or {}).items():
-        for k in ("start", "range"):
+        for k in ("start", "range", "scan_range"):
             if isinstance(s, dict) and k in s:
                 yield f"lr_searches.{name}.{k}", s[k]
     for scale, sc in (config.get("scales") or {}).items():
@@ -122,7 +122,7 @@ def check_lr_lists(config: dict) -> None:
             if x <= 0:
                 what = "trains nothing" if x == 0 else "would climb the loss"
                 raise ConfigError(f"{key}[{i}]: {x:g} is not a learning rate: it {what}; a learning rate is > 0")
-        if key.endswith(".range") and (len(lrs) != 2 or not lrs[0] < lrs[1]):
+        if key.endswith((".range", ".scan_range")) and (len(lrs) != 2 or not lrs[0] < lrs[1]):
             raise ConfigError(f"{key}: {lrs} is not a range; give [lo, hi] with lo < hi")
 
 

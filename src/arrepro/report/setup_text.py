@@ -152,7 +152,7 @@ def protocol_text(meta: dict) -> str:
                 "means, the middle one.")
     text = ("Every number reported is the paper's statistic (its Appendix~A.2): the best, over the learning "
             "rates, of the mean accuracy over every reported seed. Which learning rates compete is decided by a "
-            "deterministic search, one per setting, which the workflow runs in rounds (\\texttt{src/arrepro/search/protocol.py}; "
+            "deterministic search, one per setting, which the workflow runs in rounds (\\texttt{src/arrepro/search/protocol/}; "
             "every decision and its reason is written to a file). Round~0 trains a start grid on the seeds a search starts with. "
             "Then, for at most a given number of rounds, each adding at most a given number of learning rates: a best "
             "learning rate on the edge of what was tried extends the search outward by the start grid's step, never "
