@@ -126,9 +126,10 @@ def move_lr_schedule(wd: Path) -> Path:
     cell's sources follow the import: arrepro.config.catalogue)."""
     train = wd / "src/arrepro/train/loop.py"
     text = train.read_text()
-    body_start, body_end = text.index("def lr_at("), text.index("\ndef ", text.index("def lr_at(") + 1)
+    body_start = text.index("def lr_at(")
+    body_end = text.index("\n\n\n", body_start)  # the next top-level statement follows two blank lines
     moved = text[body_start:body_end].rstrip() + "\n"
-    rest = text[:body_start] + text[body_end + 1:]
+    rest = text[:body_start] + text[body_end + 3:]
     anchor = "from arrepro.train.checkpoint import"
     assert anchor in rest
     rest = rest.replace(anchor, "from arrepro.train.schedule import lr_at\n" + anchor, 1)

@@ -171,20 +171,25 @@ def statements(path: str | Path) -> list[tuple[str, str]]:
     return [(u.key, u.text) for u in parse(path).units]
 
 
-def _refs(node: ast.AST) -> frozenset:
-    """What a statement may run: every name, attribute name, imported name and identifier string."""
-    out = set()
+def _scan(node: ast.AST) -> tuple[frozenset, tuple]:
+    """What a statement may run (every name, attribute name, imported name and identifier string)
+    and this package's imports inside it (as ``imports`` writes them), from one walk."""
+    refs, found = set(), []
     for n in ast.walk(node):
         if isinstance(n, ast.Name):
-            out.add(n.id)
+            refs.add(n.id)
         elif isinstance(n, ast.Attribute):
-            out.add(n.attr)
+            refs.add(n.attr)
         elif isinstance(n, ast.alias):
-            out.update(n.name.split("."))
-            out.add(n.asname or n.name)
+            refs.update(n.name.split("."))
+            refs.add(n.asname or n.name)
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
-            out.add(n.value)
-    return frozenset(out)
+            refs.add(n.value)
+        elif isinstance(n, ast.ImportFrom) and _internal_import(n):
+            found.append((n.level, n.module or "", tuple(a.name for a in n.names)))
+        elif isinstance(n, ast.Import) and _internal_import(n):
+            found += [(0, a.name, ()) for a in n.names]
+    return frozenset(refs), tuple(found)
 
 
 def _calls(*nodes) -> bool:
@@ -230,12 +235,6 @@ def _is_main(node: ast.stmt) -> bool:
     return isinstance(node, ast.If) and ast.unparse(node.test) in ("__name__ == '__main__'", "'__main__' == __name__")
 
 
-def _inner_imports(node: ast.stmt) -> tuple:
-    return tuple((s.level, s.module or "", tuple(a.name for a in s.names)) if isinstance(s, ast.ImportFrom)
-                 else (0, a.name, ()) for s in ast.walk(node) if _internal_import(s)
-                 for a in (s.names if isinstance(s, ast.Import) else s.names[:1]))
-
-
 def _read(path: str | Path) -> Parsed:
     """``statements``, their ``Unit`` s and the file's imports, from one parse."""
     data = Path(path).read_bytes()
@@ -251,7 +250,7 @@ def _read(path: str | Path) -> Parsed:
             renamed = dict(aliases)
             # what each statement binds, reads and imports, before the imports go
             tree = _strip_docstrings(tree)
-            info = [(_defines(n), _refs(n), _inner_imports(n), _is_main(n), isinstance(n, ast.ClassDef)) for n in tree.body]
+            info = [(_defines(n), *_scan(n), _is_main(n), isinstance(n, ast.ClassDef)) for n in tree.body]
             hook = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__init_subclass__"
                        for n in ast.walk(tree))
             out, seen = [], {}
@@ -262,7 +261,7 @@ def _read(path: str | Path) -> Parsed:
                 key = _key(node, text)
                 seen[key] = seen.get(key, 0) + 1  # a name bound twice in a file: the order counts
                 out.append(Unit(key if seen[key] == 1 else f"{key}#{seen[key]}", text, defines, refs, inner, main, cls))
-            return Parsed(tuple(out), found, tuple(t for n in top for t in _inner_imports(n)), aliases, hook)
+            return Parsed(tuple(out), found, tuple(t for n in top for t in _scan(n)[1]), aliases, hook)
     return Parsed((Unit(f"file {Path(path).name}", hashlib.sha1(data).hexdigest()),))
 
 
