@@ -32,7 +32,7 @@ from pathlib import Path
 from arrepro.config.costs import flops_per_token
 
 # Dense (no sparsity) peak throughput, TFLOP/s, from NVIDIA's data sheets: bf16 and tf32 on tensor
-# cores; fp32 on the CUDA cores (what PyTorch runs when TF32 is off, arrepro.train.loop.autocast_for).
+# cores; fp32 on the CUDA cores (what PyTorch runs when TF32 is off, arrepro.train.prepare.autocast_for).
 # Keys are matched as substrings of torch.cuda.get_device_name(), first match wins (so "H100 PCIe"
 # before "H100").
 PEAK_TFLOPS = {
@@ -177,7 +177,7 @@ def run(config: dict, *, device: str, steps: int, width: int, layers: int, preci
 
 
 def default_precision(device: str) -> str:
-    """bf16 on CUDA (every kernel runs), fp32 on the CPU (no bf16 there: arrepro.train.loop.autocast_for)."""
+    """bf16 on CUDA (every kernel runs), fp32 on the CPU (no bf16 there: arrepro.train.prepare.autocast_for)."""
     return "bf16" if device == "cuda" else "fp32"
 
 
@@ -201,7 +201,7 @@ def main(argv=None) -> int:
         a.precision = default_precision(a.device)
     import torch
 
-    from arrepro.train.loop import TrainError, autocast_for
+    from arrepro.train.prepare import TrainError, autocast_for
 
     try:  # the training loop's own rule (bf16 on CUDA only), before any cell: one line naming the option
         autocast_for(a.precision, torch.device(a.device), where=f"--precision {a.precision} with --device {a.device}")

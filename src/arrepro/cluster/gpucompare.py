@@ -44,7 +44,7 @@ VERIFY_CASES = (
 
 def precision_context(precision: str, device):
     """A fresh context for one forward pass at ``precision``, with TF32 set as the training loop
-    sets it (arrepro.train.loop.autocast_for: tf32 only on CUDA; bf16 autocast, here on the CPU too,
+    sets it (arrepro.train.prepare.autocast_for: tf32 only on CUDA; bf16 autocast, here on the CPU too,
     which the stand-in run uses)."""
     import contextlib
 

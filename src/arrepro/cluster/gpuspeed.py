@@ -42,7 +42,7 @@ def time_step(config: dict, family: str, *, scale: str, width: int, layers: int,
 
     from arrepro.data import make_task
     from arrepro.models import kernels
-    from arrepro.train.loop import build_model
+    from arrepro.train.prepare import build_model
 
     spec = check_spec(config, family, width=width, layers=layers, steps=1, device=device.type, precision=precision,
                       scale=scale)

@@ -23,7 +23,7 @@ from arrepro.config.cellfiles import RESULT, read_result
 from arrepro.files import read_table, write_table
 from arrepro.data import task_seq_len
 from arrepro.config.grid import Setting
-from arrepro.search import cover as search_cover, protocol
+from arrepro.search import cover, protocol
 from arrepro.search.plans import Plan
 from arrepro.search.rounds import window_dict
 from arrepro.search.thresholds import GOOD
@@ -117,12 +117,12 @@ def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: floa
 
 
 def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_csv, task_names: dict | None = None,
-                 cover: str | None = None) -> None:
+                 cover_file: str | None = None) -> None:
     """An experiment's cells table (every cell of its searches, one row per series it is in) and
     best table (one row per series and search: the search's chosen learning rate). ``series``:
     [{"series": name, "searches": [search key, ...]}]; ``plan_paths``: the last plans of the
     searches' groups (arrepro.search.plans.Plan); ``task_names``: task id -> this scale's name;
-    ``cover``: the experiment's cover file (arrepro.search.cover), whose learning rates, each
+    ``cover_file``: the experiment's cover file (arrepro.search.cover), whose learning rates, each
     trained on every reported seed, join their settings' candidates (column ``cover``)."""
     entries, rounds = {}, {}
     for p in plan_paths:
@@ -131,7 +131,7 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             entries[key] = entry
             rounds[key] = plan.rounds(key)
     covered: dict[str, list[tuple[float, int]]] = {}
-    for c in (search_cover.read(cover)[0] if cover else []):
+    for c in (cover.read(cover_file)[0] if cover_file else []):
         covered.setdefault(c.search, []).extend((c.lr, s) for s in c.seeds)
     results: dict[str, dict] = {}
     cell_parts, best_rows = [], []
