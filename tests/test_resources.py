@@ -192,14 +192,20 @@ def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path)
 
 # --------------------------------------------------------------------------- the learning-rate protocol
 def test_the_paper_scale_on_the_search_protocol_stays_within_its_budget(config):
-    """Issue 30's budget: the paper scale's searches, every budget spent, at most 11,000 cells and
-    13,500 estimated GPU-hours, and under 0.45 of the literal grid's GPU-hours under the same cost
-    model; the fixed grid (lr_protocol: grid) is the literal grid."""
+    """Issue 30's budget holds for the searches: every budget spent, at most 11,000 cells and
+    13,500 estimated GPU-hours. The covers (issue 36: a setting at chance also trained at its
+    rivals' best rates) come on top, bounded as if every covered setting stayed at chance; with
+    them the whole plan stays under 0.55 of the literal grid's GPU-hours under the same cost model
+    (README: 0.51). The fixed grid (lr_protocol: grid) is the literal grid."""
     grid = Grid(config, "paper")
     pp = budget.protocol_plan(grid)
-    assert pp["protocol"] == "search" and pp["cells_round0"] < pp["cells_max"] <= 11_000
-    assert pp["gpu_hours_estimated_max"] <= 13_500
-    assert pp["gpu_hours_estimated_max"] < 0.45 * pp["gpu_hours_estimated_fixed_grid"]
+    cover = next(v for k, v in pp["by_kind"].items() if k.startswith("cover"))
+    assert cover["cells_max"] > 0
+    search_cells = pp["cells_max"] - cover["cells_max"]
+    search_hours = pp["gpu_hours_estimated_max"] - cover["gpu_hours_estimated_max"]
+    assert pp["protocol"] == "search" and pp["cells_round0"] < search_cells <= 11_000
+    assert search_hours <= 13_500
+    assert pp["gpu_hours_estimated_max"] < 0.55 * pp["gpu_hours_estimated_fixed_grid"]
     assert pp["ratio_gpu_hours_to_fixed_grid"] == pytest.approx(
         pp["gpu_hours_estimated_max"] / pp["gpu_hours_estimated_fixed_grid"])
     assert pp["cells_fixed_grid"] == len(grid.all_cells()) > pp["cells_max"]
