@@ -6,7 +6,7 @@ add up from the per-cell estimates; a pack holds at most N grouped cells of one 
 cell asks for its GPU as the string gres "gpu:1", a big cell keeps gpu=1; with N = 1 nothing
 changes. The numbers: two tiny cells trained at once, as a pack runs them inside a Slurm job
 (one local Snakemake with as many cores as cells), end with exactly the numbers of the same cells
-trained one after another.
+trained apart, each its own job (the test session's finished tiny run).
 """
 import math
 import re
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_slurm import SNAKEMAKE, assert_as_one_by_one, assert_ran_at_once
+from test_slurm import SNAKEMAKE, assert_as_trained_apart, assert_ran_at_once
 from workflow_copy import copy_workflow
 
 from arrepro.cluster import budget, packs
@@ -178,7 +178,7 @@ def test_cells_per_gpu_must_be_a_whole_number(bad):
 
 
 # ============================================================================ the numbers
-def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path):
+def test_cells_trained_at_once_end_as_cells_trained_apart(config, tmp_path, tmp_path_factory):
     grid = Grid(config, "tiny")
     marker, cells = next((m, c) for m, c in packs.packs(grid, 2).items() if len(c) == 2)
     together = copy_workflow(tmp_path / "together", whole=True)
@@ -187,7 +187,7 @@ def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path)
                          cwd=together, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert_ran_at_once(run.stderr + run.stdout, 2)
-    assert_as_one_by_one(together, cells, tmp_path / "apart")
+    assert_as_trained_apart(together, cells, tmp_path_factory)
 
 
 # --------------------------------------------------------------------------- the learning-rate protocol

@@ -1,7 +1,6 @@
 """The workflow as a user drives it: config errors stop the run before any job and name the
 key; an edit reruns only what it should (Snakemake dry runs on the tiny scale)."""
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_copy import copy_workflow
+from workflow_copy import copy_workflow, finished_run, private_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -53,20 +52,19 @@ def edit_config(wd: Path, fn) -> None:
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
+def run_tiny(wd: Path) -> None:
+    """A new copy of the workflow in ``wd``, its tiny scale run to the end (and the paper's numbers)."""
+    copy_workflow(wd)
+    smk(wd, "--cores", "2", *TARGETS, *search_reports(), NUMBERS, "--config", "scale=tiny")
+
+
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    """A copy of the workflow whose tiny scale has run to the end (and made the paper's numbers)."""
-    wd = copy_workflow(tmp_path_factory.mktemp("wf"))
-    smk(wd, "--cores", "2", *TARGETS, *search_reports(), NUMBERS, "--config", "scale=tiny")
+    """A copy of the workflow whose tiny scale has run to the end (and made the paper's numbers):
+    this module's own copy of the test session's one such run (workflow_copy.finished_run)."""
+    wd = private_copy(finished_run(tmp_path_factory, "tiny-done", run_tiny), tmp_path_factory.mktemp("done"))
     assert planned(wd) == {}
     return wd
-
-
-def private_copy(src: Path, tmp_path: Path) -> Path:
-    """A copy of a workflow folder, results and Snakemake's records included."""
-    dst = tmp_path / "wf"
-    shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy2)
-    return dst
 
 
 @pytest.fixture
