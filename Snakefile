@@ -19,8 +19,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from arrepro.cluster import internals  # noqa: E402
 from arrepro.config.checks import check_lr_lists  # noqa: E402
 from arrepro.config.grid import ConfigError  # noqa: E402
-from arrepro.cluster.preflight import (ConfigFileError, check_config_file, command_line_config,  # noqa: E402
-                                       config_error, config_problem, share_package)
+from arrepro.cluster.configfile import (ConfigFileError, check_config_file, command_line_config,  # noqa: E402
+                                        config_error, config_problem)
+from arrepro.cluster.preflight import share_package  # noqa: E402
 
 # Before Snakemake reads config.yaml: its size, YAML aliases that would expand without end, and
 # keys given twice (YAML keeps the last silently), each refused in one line
@@ -58,6 +59,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/gpushare.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/search.smk"
+include: "workflow/rules/cover.smk"
 include: "workflow/rules/preflight.smk"  # before the DAG: what the run needs, what it must rebuild
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"

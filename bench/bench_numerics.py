@@ -34,7 +34,7 @@ if pinned:
     numerics.settle()
 else:
     torch.set_num_threads(1)
-from arrepro.train.loop import build_model
+from arrepro.train.prepare import build_model
 models = yaml.safe_load(open(os.path.join(sys.argv[6], "config.yaml")))["models"]
 spec = {"width": width, "layers": layers, "model_def": models[mixer], "recipe_def": {}}
 torch.manual_seed(0)

@@ -37,6 +37,7 @@ over 0.10 in under 2% of settings, no family worse than 0.02 and 5%; both cost t
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import importlib.util
 import math
@@ -171,17 +172,32 @@ def draw(family: str, i: int, rng: random.Random, start: list[float], grid: list
 
 
 # --------------------------------------------------------------------------- the protocols
+def _protocol_files(commit: str) -> list[str]:
+    """The protocol's files at ``commit``: protocol.py, or the package's modules (its spec first:
+    the others' classes and defaults use its names), each defining distinct names."""
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{commit}:src/arrepro/search/protocol/"],
+                           capture_output=True, text=True)
+    if names.returncode:
+        return ["src/arrepro/search/protocol.py"]
+    files = [n for n in names.stdout.split() if n.endswith(".py") and n != "__init__.py"]
+    return [f"src/arrepro/search/protocol/{n}" for n in sorted(files, key=lambda n: (n != "spec.py", n))]
+
+
 def old_protocol(commit: str):
     """arrepro.search.protocol as it was at ``commit`` (from git; a pure module), with that commit's
     paper spec (config.yaml's lr_searches.best) read from the same commit."""
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:src/arrepro/search/protocol.py"], check=True,
-                         capture_output=True, text=True).stdout
-    cfg = yaml.safe_load(subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:config.yaml"], check=True,
-                                        capture_output=True, text=True).stdout)
+    def show(path):
+        return subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:{path}"], check=True,
+                              capture_output=True, text=True).stdout
+
+    cfg = yaml.safe_load(show("config.yaml"))
     spec = importlib.util.spec_from_loader(f"protocol_{commit}", loader=None)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
-    exec(compile(src, f"{commit}:src/arrepro/search/protocol.py", "exec"), mod.__dict__)
+    for path in _protocol_files(commit):  # one module, or (since the split) the package's modules as one
+        tree = ast.parse(show(path))  # the package's imports of its own modules left out: one namespace
+        tree.body = [s for s in tree.body if not (isinstance(s, ast.ImportFrom) and (s.module or "").startswith("arrepro"))]
+        exec(compile(tree, f"{commit}:{path}", "exec"), mod.__dict__)
     e = cfg["lr_searches"]["best"]
     specs = {}
     for tier in (None, "big"):

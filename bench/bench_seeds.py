@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 from torch.func import functional_call, grad, stack_module_state, vmap  # noqa: E402
 
-from arrepro.train.loop import build_model  # noqa: E402
+from arrepro.train.prepare import build_model  # noqa: E402
 
 
 def batches(S, n=8):

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from arrepro.data import save_task
-from arrepro.train.loop import build_model, load_task, train_cell
+from arrepro.train.loop import train_cell
+from arrepro.train.prepare import build_model, load_task
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

@@ -32,7 +32,7 @@ import yaml  # noqa: E402
 from arrepro.config.checks import load_grid  # noqa: E402
 from arrepro.data import task_seq_len  # noqa: E402
 from arrepro.models import kernels  # noqa: E402
-from arrepro.train.loop import build_model  # noqa: E402
+from arrepro.train.prepare import build_model  # noqa: E402
 
 
 def step_seconds(spec: dict, vocab: int, L: int, steps: int, portable: bool) -> float:

@@ -11,4 +11,4 @@ if "snakemake" in globals():
             merge_cell_tables(sm.input.tables, sm.output[0])
         else:
             write_tables(sm.input.plans, sm.params.series, sm.params.metric, sm.output.cells, sm.output.best,
-                         sm.params.task_names)
+                         sm.params.task_names, cover_file=sm.input.cover[0] if sm.input.cover else None)

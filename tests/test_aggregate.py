@@ -1,7 +1,13 @@
-"""best_over_lr: the reported learning rate among tied best means."""
-import pandas as pd
+"""best_over_lr: the reported learning rate among tied best means; a best table without a number
+is refused by its readers, naming the file and the line."""
+import re
 
-from arrepro.report.aggregate import best_over_lr
+import pandas as pd
+import pytest
+import yaml
+
+from arrepro.files import UnreadableFile, write_table
+from arrepro.report.aggregate import best_over_lr, read_best_table
 
 
 def cells(accs):
@@ -19,3 +25,29 @@ def test_ties_take_the_middle_learning_rate_and_are_counted():
     assert b["best_lr"].iloc[0] == 1e-3 and b["n_tied_lrs"].iloc[0] == 2  # even: the lower middle
     b = best_over_lr(cells({1e-3: [0.5, 0.7], 1e-2: [0.9, 0.8], 1e-1: [0.1, 0.2]}))
     assert b["best_lr"].iloc[0] == 1e-2 and b["n_tied_lrs"].iloc[0] == 1 and abs(b["std"].iloc[0] - 0.0707) < 1e-3
+
+
+@pytest.mark.parametrize("column", ["mean", "std", "min", "max"])
+def test_a_best_table_without_a_statistic_is_refused_naming_the_file_and_line(tmp_path, column):
+    """Issue 38: a NaN mean in a best table (sealed with its checksum, as the workflow writes one)
+    passed the paper's reader, and the claim read "NaN%" with no reason. Every reader of a best
+    table (the figures', the tables', the paper's) refuses it, naming the file and the line."""
+    from pathlib import Path
+
+    from arrepro.report.results import load_results
+
+    df = cells({1e-3: [0.5, 0.7], 1e-2: [0.9, 0.8]})
+    b = pd.concat([best_over_lr(df), best_over_lr(df.assign(width=128))], ignore_index=True)
+    b.loc[1, column] = float("nan")
+    best = tmp_path / "e_best.csv"
+    write_table(b, best)
+    expected = re.escape(str(best)) + f".*'{column}'.*line 3"
+    with pytest.raises(UnreadableFile, match=expected):
+        read_best_table(best)
+    cells_csv = tmp_path / "e_cells.csv"
+    write_table(df.assign(cell_dir=[f"c{i}" for i in range(len(df))], train_seconds=1.0, pinned=True), cells_csv)
+    models = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())["models"]
+    meta = {"experiments": {"e": {"title": "e", "grids": [{"series": "s", "models": ["m"]}]}},
+            "reference_lrs": {}, "tasks": {"t": {"kind": "mqar", "num_kv_pairs": 4}}, "models": models}
+    with pytest.raises(UnreadableFile, match=expected):  # the paper's reader
+        load_results(meta, {"e": str(best)}, {"e": str(cells_csv)})

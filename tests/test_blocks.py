@@ -7,7 +7,7 @@ import torch
 
 from arrepro.report import blocks
 from arrepro.config.grid import Grid
-from arrepro.train.loop import build_model
+from arrepro.train.prepare import build_model
 
 WIDTH = 16
 

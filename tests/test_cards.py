@@ -35,10 +35,68 @@ def test_every_model_has_a_card_and_a_variant_names_a_model():
 def test_a_card_lacking_what_it_needs_is_refused_naming_the_file_and_key(edit, key):
     config = copy.deepcopy(CONFIG)
     edit(config["models"])
-    with pytest.raises(ConfigError, match=re.escape(key)):
+    with pytest.raises(ConfigError, match=re.escape(key.removeprefix("config.yaml "))):
         load_grid(config, "tiny")  # what every entry point builds, before any job
     with pytest.raises(CardError, match=re.escape(key)):
         cards(config["models"])
+
+
+@pytest.mark.parametrize("edit,key,why", [
+    (lambda m: m["mamba"]["card"].update(of="hyena"), "models.mamba.card.of", "role core, which varies no model"),
+    (lambda m: m["mamba_jelassi"]["card"].update(of="mamba"), "models.mamba_jelassi.card.of", "role copy"),
+    (lambda m: m["hyena"]["card"].update(label=""), "models.hyena.card.label", "empty"),
+    (lambda m: m["hyena"]["card"].update(label="  "), "models.hyena.card.label", "empty"),
+])
+def test_an_of_that_would_be_ignored_and_an_empty_label_are_refused(edit, key, why):
+    """Issue 38: a card with role core and an ``of`` was accepted (the ``of`` silently ignored),
+    and so was an empty label."""
+    config = copy.deepcopy(CONFIG)
+    edit(config["models"])
+    with pytest.raises(ConfigError, match=re.escape(key) + ".*" + re.escape(why)):
+        load_grid(config, "tiny")
+
+
+def test_a_card_error_names_the_file_once_and_the_key():
+    """Issue 38: a card error printed "config.yaml: config.yaml models...": the file twice."""
+    from arrepro.cluster.configfile import COMMAND_LINE, config_error
+
+    config = copy.deepcopy(CONFIG)
+    config["models"]["mamba"]["card"].pop("cost")
+    with pytest.raises(ConfigError) as err:
+        load_grid(config, "tiny")
+    assert config_error(err.value) == "config.yaml: models.mamba.card.cost: missing"
+    # a card value given on the command line: named as coming from there (the key is found)
+    config = copy.deepcopy(CONFIG)
+    config["models"]["mamba"]["card"]["of"] = "hyena"
+    with pytest.raises(ConfigError) as err:
+        load_grid(config, "tiny")
+    line = config_error(err.value, {"models": {"mamba": {"card": {"of": "hyena"}}}})
+    assert line.startswith(f"{COMMAND_LINE}: models.mamba.card.of: 'hyena'") and "config.yaml" not in line
+
+
+def test_two_models_with_one_label_where_they_meet_are_refused_naming_both():
+    """Issue 38: two models of one experiment with one card label were accepted: the width figure
+    drew them as one line with one legend entry and Table 4's pivot kept one row of the two. One
+    label in two experiments that never meet (Mamba on MQAR and on the copy task) is fine."""
+    config = copy.deepcopy(CONFIG)
+    load_grid(config, "demo")
+    assert CONFIG["models"]["mamba"]["card"]["label"] == CONFIG["models"]["mamba_jelassi"]["card"]["label"]
+    exp = next(e for e, x in config["scales"]["demo"]["experiments"].items()
+               if {"mamba", "hyena"} <= {m for g in x["grids"] for m in g["models"]})
+    config["models"]["hyena"]["card"]["label"] = config["models"]["mamba"]["card"]["label"]
+    with pytest.raises(ConfigError, match=re.escape(f"scales.demo.experiments.{exp}: models 'hyena' and 'mamba'")
+                       + ".*models.hyena.card.label.*models.mamba.card.label"):
+        load_grid(config, "demo")
+    # the models the variants of Table 4 vary are its rows (by label), though the grid names only the variants
+    config = copy.deepcopy(CONFIG)
+    exps = config["scales"]["demo"]["experiments"]
+    t4 = next(e for e, x in exps.items() if x.get("table") == "positional")
+    exps[t4]["grids"] = [{**exps[t4]["grids"][0], "models": ["mamba_pe_rope", "hyena_pe_rope"]}]
+    config["scales"]["demo"]["experiments"] = {t4: exps[t4]}
+    load_grid(config, "demo")
+    config["models"]["hyena"]["card"]["label"] = config["models"]["mamba"]["card"]["label"]
+    with pytest.raises(ConfigError, match=re.escape(f"scales.demo.experiments.{t4}: models 'mamba' and 'hyena'")):
+        load_grid(config, "demo")
 
 
 def test_the_cost_model_reads_the_card_and_refuses_a_spec_without_one():

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from arrepro.config import defaults
-from arrepro.config.checks import BLIND_LOOKAHEAD, load_grid
+from arrepro.config.checks import load_grid
+from arrepro.config.lookahead import BLIND_LOOKAHEAD
 from arrepro.config.grid import ConfigError
 from arrepro.data.mqar import IGNORE, MQARSpec, generate
 from arrepro.models import LanguageModel, get_mixer
@@ -151,3 +152,49 @@ def test_the_config_checks_refuse_a_centred_conv_that_could_see_its_answer():
         bad["models"]["attention_conv_v_centred"]["mixer_kwargs"].update(kwargs)
         with pytest.raises(ConfigError, match=msg):
             load_grid(bad, "tiny")
+
+
+def test_a_centred_conv_mode_without_a_conv_is_refused_for_what_it_is():
+    """Issue 38: ``conv_mode: centred`` with no conv was refused at 2 layers as a look-ahead (it
+    sees nothing ahead: nothing is centred) and accepted at 1. Refused at any depth, saying why,
+    by the config checks and by the constructor (one rule, the mixer's REQUIRES)."""
+    cfg = copy.deepcopy(CONFIG)
+    cfg["models"]["attention_conv_v_centred"]["mixer_kwargs"]["conv"] = ""
+    cfg["scales"]["tiny"]["experiments"]["fig2"]["grids"][0].update(models=["attention_conv_v_centred"])
+    for layers in (1, 2):
+        cfg["scales"]["tiny"]["experiments"]["fig2"]["grids"][0].update(layers=[layers])
+        with pytest.raises(ConfigError, match=r"models.attention_conv_v_centred.mixer_kwargs: conv_mode centred needs a conv"):
+            load_grid(cfg, "tiny")
+    with pytest.raises(ValueError, match="conv_mode centred needs a conv"):
+        get_mixer("attention")(8, max_len=10, conv="", conv_mode="centred")
+
+
+COPY_TASK = {"kind": "copy", "vocab_size": 8, "min_len": 2, "max_len": 4, "n_train": 64, "n_test": 16, "seed": 0}
+
+
+def hand_spec(task_def, layers=1):
+    """A cell spec as one would give scripts/train_cell.py by hand (no config checks)."""
+    return {"task": "t", "task_def": task_def, "model": "attention_conv_v_centred",
+            "model_def": {"mixer": "attention", "position": "learned", "mlp": True,
+                          "mixer_kwargs": {"conv": "v", "conv_mode": "centred"}},
+            "width": 16, "layers": layers, "recipe": "r",
+            "recipe_def": {"epochs": 1, "batch_size": 16, "warmup_frac": 0.1, "schedule": "cosine", "weight_decay": 0.1},
+            "batch_size": 16, "lr": 1e-3, "seed": 0, "device": "cpu", "scale": "test"}
+
+
+@pytest.mark.parametrize("task_def,layers,ahead", [
+    (COPY_TASK, 1, 1),  # the copy task's target is the next token itself
+    ({"kind": "mqar", "vocab_size": 64, "seq_len": 16, "num_kv_pairs": 2, "n_train": 64, "n_test": 16, "seed": 0}, 2, 2),
+])
+def test_the_trainer_refuses_a_centred_conv_that_could_see_its_answer(tmp_path, task_def, layers, ahead):
+    """Issue 38: the look-ahead rule lived in the config checks only: scripts/train_cell.py given
+    a centred conv on the copy task by hand trained it. The trainer applies the same rule
+    (arrepro.config.lookahead) to the model it built, before any step, and writes no result."""
+    from arrepro.data import save_task
+    from arrepro.train.loop import train_cell
+
+    save_task(task_def, tmp_path / "data")
+    with pytest.raises(Exception, match=rf"sees {ahead} step\(s\) ahead on a task of kind {task_def['kind']}"):
+        train_cell(hand_spec(task_def, layers), tmp_path / "data", tmp_path / "cell", log=lambda s: None)
+    assert not (tmp_path / "cell" / "result.json").exists()
+

@@ -1,4 +1,5 @@
-"""Every claim of arrepro.report.claims on small hand-made tables, for each of its three verdicts."""
+"""Every claim of arrepro.report.claims on small hand-made tables, for each of its three verdicts, and
+the rules they follow (arrepro.report.verdicts, arrepro.report.claim_kinds)."""
 import math
 from pathlib import Path
 
@@ -8,7 +9,9 @@ import pytest
 import yaml
 
 from arrepro.config.cards import cards
+from arrepro.report import claim_kinds as K
 from arrepro.report import claims as C
+from arrepro.report import verdicts as V
 from arrepro.report import interval as I
 from arrepro.report.results import Results
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
@@ -88,31 +91,28 @@ def test_chance_and_learned_threshold():
     assert chance_level({"kind": "mqar", "num_kv_pairs": 4}, "final_accuracy") == 0.25
     assert chance_level({"kind": "copy"}, "final_exact_match") == 0.0
     assert learned_threshold(0.25) == pytest.approx(0.4375)
-    s = C.Stat("m", 0.43, 0.43, 0.43, 0.25)
-    assert not s.learned and C.Stat("m", 0.44, 0.44, 0.44, 0.25).learned
+    s = V.Stat("m", 0.43, 0.43, 0.43, 0.25)
+    assert not s.learned and V.Stat("m", 0.44, 0.44, 0.44, 0.25).learned
 
 
-# the t quantile the interval needs, against tabled values (97.5%: a two-sided 95% interval)
-@pytest.mark.parametrize("df,t", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (10, 2.228), (30, 2.042),
-                                  (math.inf, 1.960)])
-def test_t_quantile_matches_the_tables(df, t):
-    assert I.t_quantile(0.975, df) == pytest.approx(t, abs=6e-4)
+def test_the_interval_edges_are_where_scipys_welch_test_gives_p_005():
+    """The interval (scipy's t quantile at Welch-Satterthwaite's degrees of freedom) against scipy's
+    own Welch test from the same statistics: shifted by its half-width, the difference has the
+    two-sided p-value 1 - LEVEL, for equal and unequal spreads and seed counts."""
+    from scipy import stats
 
-
-def test_t_quantile_exact_forms_and_fractional_degrees_of_freedom():
-    for p in (0.9, 0.975, 0.995):
-        assert I.t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-7)  # Cauchy
-        assert I.t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-7)
-    # Welch's degrees of freedom are fractional: between the neighbours, decreasing in df
-    qs = [I.t_quantile(0.975, df) for df in (2, 2.5, 3, 3.7, 4, 50, 1e8)]
-    assert all(a > b for a, b in zip(qs, qs[1:]))
-    assert qs[-1] == pytest.approx(1.959964, abs=1e-5)
+    for ma, sa, na, mb, sb, nb in ((0.8, 0.1, 3, 0.65, 0.1, 3), (0.9, 0.1, 5, 0.3, 0.02, 3), (0.5, 0.3, 10, 0.45, 0.05, 4)):
+        iv = I.welch(ma, sa, na, mb, sb, nb)
+        for edge in (iv.lo, iv.hi):  # the difference at which the interval's edge sits on 0
+            p = stats.ttest_ind_from_stats(ma - edge, sa, na, mb, sb, nb, equal_var=False).pvalue
+            assert p == pytest.approx(1 - I.LEVEL, rel=1e-6)
+        assert iv.diff == pytest.approx(ma - mb) and iv.lo < iv.diff < iv.hi
 
 
 def test_welch_interval_by_hand():
     """Two sides of three seeds each: d = 0.15, se = sqrt(0.01/3 + 0.01/3), df = 4 (equal sds)."""
     a, b = [0.70, 0.80, 0.90], [0.55, 0.65, 0.75]
-    iv = C.interval(C.Stat.of("a", a, 0.25), C.Stat.of("b", b, 0.25))
+    iv = V.interval(V.Stat.of("a", a, 0.25), V.Stat.of("b", b, 0.25))
     se = math.sqrt(0.01 / 3 + 0.01 / 3)
     assert iv.diff == pytest.approx(0.15) and iv.df == pytest.approx(4.0)
     assert iv.lo == pytest.approx(0.15 - 2.7764 * se, abs=1e-4) and iv.hi == pytest.approx(0.15 + 2.7764 * se, abs=1e-4)
@@ -128,20 +128,20 @@ def test_more_seeds_with_the_same_difference_and_noise_sharpen_a_verdict():
     """Issue 31: the verdict must not get stricter as seeds are added. The same three accuracies a
     side, repeated: the mean difference (15 points) and the spread stay, the interval narrows."""
     a3, b3 = [0.70, 0.80, 0.90], [0.55, 0.65, 0.75]
-    a, b = C.Stat.of("a", a3, 0.25), C.Stat.of("b", b3, 0.25)
-    assert C.interval(a, b).lo < 0 and not C.conclusive(a, b) and C.compare(a, b) == 0  # 3 seeds: inconclusive
-    a, b = C.Stat.of("a", a3 * 3, 0.25), C.Stat.of("b", b3 * 3, 0.25)
+    a, b = V.Stat.of("a", a3, 0.25), V.Stat.of("b", b3, 0.25)
+    assert V.interval(a, b).lo < 0 and not V.conclusive(a, b) and V.compare(a, b) == 0  # 3 seeds: inconclusive
+    a, b = V.Stat.of("a", a3 * 3, 0.25), V.Stat.of("b", b3 * 3, 0.25)
     assert a.spread == pytest.approx(0.2) and a.mean - b.mean == pytest.approx(0.15)
-    assert C.interval(a, b).lo > 0 and C.conclusive(a, b) and C.compare(a, b) == 1 and C.compare(b, a) == -1
+    assert V.interval(a, b).lo > 0 and V.conclusive(a, b) and V.compare(a, b) == 1 and V.compare(b, a) == -1
     # the old rule (beyond both sides' max-min spread, 0.2) would call it inconclusive at any seed count
     assert a.mean - b.mean < max(a.spread, b.spread)
     # and a claim that the two are alike: inconclusive on 3 seeds, contradicted on 9
     e3 = results([("m", 64, 1, 0.8, 0.7, 0.9), ("ref", 64, 1, 0.65, 0.55, 0.75)])
     e3.best["std"] = 0.1
-    assert C.alike(e3, "ref", ["m"]).verdict == "inconclusive"
+    assert K.alike(e3, "ref", ["m"]).verdict == "inconclusive"
     e9 = results([("m", 64, 1, 0.8, 0.7, 0.9), ("ref", 64, 1, 0.65, 0.55, 0.75)])
     e9.best["std"], e9.best["n_seeds"] = float(np.std(a3 * 3, ddof=1)), 9
-    assert C.alike(e9, "ref", ["m"]).verdict == "contradicted"
+    assert K.alike(e9, "ref", ["m"]).verdict == "contradicted"
 
 
 def test_more_seeds_sharpen_a_claim_of_no_difference():
@@ -149,30 +149,52 @@ def test_more_seeds_sharpen_a_claim_of_no_difference():
     more seeds of the same mean difference (3 points) and noise earn."""
     a3, b3 = [0.80, 0.90, 0.95], [0.78, 0.86, 0.92]
     for k, want in ((1, False), (4, True)):
-        a, b = C.Stat.of("a", a3 * k, 0.25), C.Stat.of("b", b3 * k, 0.25)
-        assert C.alike_within(a, b) is want and not C.conclusive(a, b)
+        a, b = V.Stat.of("a", a3 * k, 0.25), V.Stat.of("b", b3 * k, 0.25)
+        assert V.alike_within(a, b) is want and not V.conclusive(a, b)
     # noise alone does not make two models alike: means 3 points apart, 3 noisy seeds
     e = results([("m", 64, 1, 0.83, 0.60, 1.0), ("ref", 64, 1, 0.80, 0.60, 1.0)])
     e.best["std"] = 0.2
-    assert C.alike(e, "ref", ["m"]).verdict == "inconclusive"
+    assert K.alike(e, "ref", ["m"]).verdict == "inconclusive"
     e.best["std"] = 0.0
-    assert C.alike(e, "ref", ["m"]).verdict == "consistent"
+    assert K.alike(e, "ref", ["m"]).verdict == "consistent"
 
 
 def test_a_difference_within_the_noise_stays_inconclusive():
     # a difference under MIN_DIFF is never conclusive, however many seeds pin it down
-    a, b = C.Stat.of("a", [0.90, 0.91, 0.92] * 10, 0.25), C.Stat.of("b", [0.83, 0.84, 0.85] * 10, 0.25)
-    assert C.interval(a, b).lo > 0 and not C.conclusive(a, b) and C.compare(a, b) == 0
+    a, b = V.Stat.of("a", [0.90, 0.91, 0.92] * 10, 0.25), V.Stat.of("b", [0.83, 0.84, 0.85] * 10, 0.25)
+    assert V.interval(a, b).lo > 0 and not V.conclusive(a, b) and V.compare(a, b) == 0
     # a large difference of the means within the seeds' noise: one seed learns, two do not
-    a, b = C.Stat.of("a", [0.95, 0.30, 0.35], 0.25), C.Stat.of("b", [0.26, 0.25, 0.27], 0.25)
-    assert a.mean - b.mean > MIN_DIFF_TEST and C.interval(a, b).lo < 0 and C.compare(a, b) == 0
-    # with zero noise the interval is the point: MIN_DIFF is then the bar
-    assert C.compare(C.Stat("a", 0.60, 0.60, 0.60, 0.25, n=3), C.Stat("b", 0.51, 0.51, 0.51, 0.25, n=3)) == 0
-    assert C.compare(C.Stat("a", 0.62, 0.62, 0.62, 0.25, n=3), C.Stat("b", 0.51, 0.51, 0.51, 0.25, n=3)) == 1
+    a, b = V.Stat.of("a", [0.95, 0.30, 0.35], 0.25), V.Stat.of("b", [0.26, 0.25, 0.27], 0.25)
+    assert a.mean - b.mean > MIN_DIFF_TEST and V.interval(a, b).lo < 0 and V.compare(a, b) == 0
+    # with no noise (the interval at its floor, +-2.3 points on three seeds a side) MIN_DIFF is the bar
+    assert V.compare(V.Stat("a", 0.60, 0.60, 0.60, 0.25, n=3), V.Stat("b", 0.51, 0.51, 0.51, 0.25, n=3)) == 0
+    assert V.compare(V.Stat("a", 0.62, 0.62, 0.62, 0.25, n=3), V.Stat("b", 0.51, 0.51, 0.51, 0.25, n=3)) == 1
     # one seed a side: no interval, no verdict
-    assert C.compare(C.Stat("a", 0.99, 0.99, 0.99, 0.25, n=1), C.Stat("b", 0.30, 0.30, 0.30, 0.25, n=3)) == 0
+    assert V.compare(V.Stat("a", 0.99, 0.99, 0.99, 0.25, n=1), V.Stat("b", 0.30, 0.30, 0.30, 0.25, n=3)) == 0
     # neither learned: below the margin over chance nothing beats anything
-    assert C.compare(C.Stat("a", 0.40, 0.40, 0.40, 0.25, n=3), C.Stat("b", 0.02, 0.02, 0.02, 0.25, n=3)) == 0
+    assert V.compare(V.Stat("a", 0.40, 0.40, 0.40, 0.25, n=3), V.Stat("b", 0.02, 0.02, 0.02, 0.25, n=3)) == 0
+
+
+def test_a_side_with_no_spread_is_not_a_point():
+    """Issue 38: three identical seeds a side gave a point interval ("+75.0 points, 95% interval
+    +75.0 to +75.0"), though they are no evidence of no variance. Each side's standard deviation is
+    taken as at least 1 percentage point: the interval has a width, a large difference keeps its
+    verdict, two flat sides 8 points apart are no longer "alike", and a noisier side keeps its own
+    spread."""
+    floor = 0.01  # the rule's SD_FLOOR, written out
+    a, b = V.Stat.of("a", [1.0] * 3, 0.25), V.Stat.of("b", [0.25] * 3, 0.25)
+    iv = V.interval(a, b)
+    half = 2.7764 * math.sqrt(2 * floor ** 2 / 3)  # t(0.975, 4 degrees of freedom)
+    assert iv.df == pytest.approx(4.0) and iv.hi - iv.lo == pytest.approx(2 * half, abs=1e-4)
+    assert V.diff_text(a, b) == "+75.0 points, 95% interval +72.7 to +77.3"
+    assert V.conclusive(a, b) and V.beats(a, b)
+    flat_a, flat_b = V.Stat.of("a", [0.90] * 3, 0.25), V.Stat.of("b", [0.82] * 3, 0.25)
+    assert not V.alike_within(flat_a, flat_b) and not V.conclusive(flat_a, flat_b)
+    noisy = I.welch(0.9, 0.1, 3, 0.3, 0.0, 3)  # the flat side at the floor, the noisy one as measured
+    va, vb = 0.1 ** 2 / 3, floor ** 2 / 3
+    assert noisy.df == pytest.approx((va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 2))
+    # the paper's rules say so, with the value
+    assert "at least 1 percentage point" in V.rules_text()
 
 
 def test_a_side_at_chance_stays_no_evidence_however_sure_the_interval():
@@ -180,18 +202,18 @@ def test_a_side_at_chance_stays_no_evidence_however_sure_the_interval():
     70 points with an interval far from 0, and still no evidence where the claim does not predict
     the failure, or the loser never trained the winner's learning rate on every seed, or no model
     of its depth learns."""
-    win = C.Stat.of("a", [0.97, 0.98, 0.99] * 10, 0.25, best_lr=1e-2, candidates=(1e-2,), peer_learns=True)
-    lose = C.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 3.16e-3), peer_learns=True)
-    assert C.interval(win, lose).lo > 0.6 and C.beats(win, lose)
-    c, why = C.compare_why(win, lose, predicted=False)
+    win = V.Stat.of("a", [0.97, 0.98, 0.99] * 10, 0.25, best_lr=1e-2, candidates=(1e-2,), peer_learns=True)
+    lose = V.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 3.16e-3), peer_learns=True)
+    assert V.interval(win, lose).lo > 0.6 and V.beats(win, lose)
+    c, why = V.compare_why(win, lose, predicted=False)
     assert c == 0 and "at chance, which the claim does not predict" in why
-    c, why = C.compare_why(win, lose, predicted=True)
+    c, why = V.compare_why(win, lose, predicted=True)
     assert c == 0 and "without having trained a's learning rate 0.01" in why
-    covered = C.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 1e-2), peer_learns=False)
-    c, why = C.compare_why(win, covered, predicted=True)
+    covered = V.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 1e-2), peer_learns=False)
+    c, why = V.compare_why(win, covered, predicted=True)
     assert c == 0 and "no model of its depth and recipe learns" in why
-    real = C.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 1e-2), peer_learns=True)
-    assert C.compare_why(win, real, predicted=True) == (1, "")
+    real = V.Stat.of("b", [0.26, 0.27, 0.28] * 10, 0.25, best_lr=1e-3, candidates=(1e-3, 1e-2), peer_learns=True)
+    assert V.compare_why(win, real, predicted=True) == (1, "")
 
 
 # --------------------------------------------------------------------------- window claims
@@ -235,13 +257,13 @@ def test_window_claim_uses_the_mean_over_seeds_and_the_edges_uncertainty():
     # than 2 decades, while attention's spans at least 2; hyena, good everywhere tried, is undecided
     e = results(best + [one("hyena", 0.96, n=2)], cells + [("hyena", 64, 2, lr, 0, 0.96) for lr in (1e-3, 1e-2, 1e-1)])
     assert verdict("lrwindow", e) == "inconclusive"
-    j = C.window_wider(e, "attention", ["mamba"])
+    j = K.window_wider(e, "attention", ["mamba"])
     assert j.verdict == "consistent" and "wider in 1, narrower in 0" in j.compared
     # a window resolved only coarsely is no evidence: mamba good at 1e-2 and 1e-1, tried at
     # 1e-3 and 1: it may span up to 3 decades, attention's two at least (1e-3 to 1e-1, open)
     best, cells = window_cells("attention", "mamba", [0.95, 0.99, 0.95, 0.1], [0.02, 0.96, 0.95, 0.1],
                                lrs=(1e-3, 1e-2, 1e-1, 1.0))
-    assert C.window_wider(results(best, cells), "attention", ["mamba"]).verdict == "inconclusive"
+    assert K.window_wider(results(best, cells), "attention", ["mamba"]).verdict == "inconclusive"
 
 
 # --------------------------------------------------------------------------- fig2
@@ -263,6 +285,16 @@ def test_attn2():
     assert verdict("attn2", results([one("attention", 0.99, n=2), one("attention", 0.70, w=128, n=2)])) == "inconclusive"
 
 
+def test_attn2_is_judged_on_the_two_layer_rows_only():
+    """Issue 38: a fig2 whose grid also trains 1-layer attention (at chance, as Sec. 4 finds for it)
+    was "contradicted" by those rows; the claim is about 2-layer attention."""
+    e = results([one("attention", 0.99, n=2), one("attention", 0.99, w=128, n=2), one("attention", 0.26, n=1)])
+    fn = next(f for i, _, _, f in C.CLAIMS if i == "attn2")
+    j = fn(e)
+    assert j.verdict == "consistent" and j.compared.startswith("2 settings"), j.compared
+    assert fn(results([one("attention", 0.26, n=1)])) is None  # no 2-layer attention trained: not judged
+
+
 # --------------------------------------------------------------------------- fig3 / fig4
 def test_attn1():
     assert verdict("attn1", results([one("attention", 0.26), one("mamba", 0.93)])) == "consistent"
@@ -279,9 +311,21 @@ def test_a_side_at_chance_is_evidence_only_where_its_search_covered_the_winners_
     j = C.CLAIMS[[c[0] for c in C.CLAIMS].index("attn1")][3](e)
     assert j.verdict == "inconclusive" and "without having trained mamba's learning rate 0.001" in j.compared
     alone = results([one("attention", 0.26, n=2), one("mamba", 0.93, n=1)])  # no 2-layer model learns
-    assert C.a_beats_b(alone, "mamba", "attention", predicted=True) is None or \
-        C.failure_counts(C.Stat("mamba", 0.93, 0.93, 0.93, 0.25, 1e-3, (1e-3,), True),
-                         C.Stat("attention", 0.26, 0.26, 0.26, 0.25, 1e-3, (1e-3,), False), True) != ""
+    assert K.a_beats_b(alone, "mamba", "attention", predicted=True) is None or \
+        V.failure_counts(V.Stat("mamba", 0.93, 0.93, 0.93, 0.25, 1e-3, (1e-3,), True),
+                         V.Stat("attention", 0.26, 0.26, 0.26, 0.25, 1e-3, (1e-3,), False), True) != ""
+
+
+def test_a_span_of_candidates_around_the_winners_rate_is_not_covering_it():
+    """Issue 36: "at chance" is evidence only where the loser trained the winner's rate itself on
+    every seed (a search candidate or the experiment's cover), not merely rates on either side of
+    it (a narrow window may lie between them)."""
+    e = results([one("attention", 0.26), one("mamba", 0.93)])
+    e.best.loc[e.best["model"] == "mamba", "best_lr"] = 1.78e-3  # between attention's 1e-3 and 3.16e-3
+    j = C.CLAIMS[[c[0] for c in C.CLAIMS].index("attn1")][3](e)
+    assert j.verdict == "inconclusive" and "without having trained mamba's learning rate 0.00178" in j.compared
+    e.best.loc[e.best["model"] == "attention", "candidates"] = "0.001;0.00178;0.00316"  # the cover's rate joined
+    assert C.CLAIMS[[c[0] for c in C.CLAIMS].index("attn1")][3](e).verdict == "consistent"
 
 
 def test_width():
@@ -317,7 +361,7 @@ def test_wide_against_deep(cid, task):
     assert verdict(cid, make(1.00, 0.55)) == "consistent"
     # the deep one at chance: the claim does not predict a failure, so it is no evidence (issue 26)
     assert verdict(cid, make(1.00, 0.16)) == "inconclusive"
-    assert "no evidence" in C.wide_beats_deep(make(1.00, 0.16), "mamba").compared
+    assert "no evidence" in K.wide_beats_deep(make(1.00, 0.16), "mamba").compared
     # the wide one at chance is against the claim where a model of its depth learns
     assert verdict(cid, make(0.16, 1.00)) == "inconclusive"
     assert verdict(cid, make(0.16, 1.00, peer=0.99)) == "contradicted"
@@ -326,7 +370,7 @@ def test_wide_against_deep(cid, task):
     if task == "L64":
         assert verdict(cid, make(0.24, 0.04)) == "inconclusive"
     # no pair within a factor 1.5 of parameters: nothing to compare
-    j = C.wide_beats_deep(make(1.0, 0.0, deep_params=400), "mamba")
+    j = K.wide_beats_deep(make(1.0, 0.0, deep_params=400), "mamba")
     assert j.verdict == "inconclusive" and "factor 1.5" in j.compared
 
 
@@ -364,6 +408,20 @@ def test_convkv():
     assert verdict("convkv", results(none)) == "inconclusive"
 
 
+def test_convkv_is_judged_under_each_reading_on_its_own_models():
+    """Issue 36: Table 3 judged twice, causal and centred, each on its own models and labelled."""
+    causal = [one("attention_conv_qkv", 0.99), one("attention_conv_k", 0.99), one("attention_conv_v", 0.24),
+              one("attention_conv_q", 0.25)]
+    centred = [one(f"{m}_centred", a) for m, a in (("attention_conv_qkv", 0.99), ("attention_conv_k", 0.99),
+                                                     ("attention_conv_v", 0.99), ("attention_conv_q", 0.26))]
+    e = results(causal + centred)
+    assert verdict("convkv", e) == "contradicted" and verdict("convkvcentred", e) == "consistent"
+    text = {cid: t for cid, _, t, _ in C.CLAIMS}
+    assert "causal" in text["convkv"] and "centred" in text["convkvcentred"]
+    fn = next(f for i, _, _, f in C.CLAIMS if i == "convkvcentred")
+    assert fn(results(causal)) is None  # a scale without the centred models: not judged
+
+
 def test_pe():
     ok = [one("mamba", 0.99), one("mamba_pe_rope", 0.97), one("hyena", 0.30), one("hyena_pe_rope", 0.32)]
     assert verdict("pe", results(ok)) == "consistent"
@@ -382,9 +440,9 @@ def test_a_verdict_on_fewer_than_three_seeds_is_inconclusive():
     """The project's rule: never trust a verdict that rests on one seed."""
     e = results([one("attention", 0.26), one("mamba", 0.93)])
     assert C.judge({"fig3": e})[0]["verdict"] == "consistent"
-    for n in (1, 2):  # two seeds with no noise: a point interval, 67 points apart; still no verdict
+    for n in (1, 2):  # two seeds with no noise: 67 points apart, an interval far from 0; still no verdict
         e.best["n_seeds"] = n
         row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
         assert row["verdict"] == "inconclusive" and "fewer than 3" in row["compared"]
-    assert C.compare_why(*[C.stat(e, r) for _, r in e.best.sort_values("mean", ascending=False).iterrows()],
+    assert V.compare_why(*[K.stat(e, r) for _, r in e.best.sort_values("mean", ascending=False).iterrows()],
                          predicted=True)[0] == 1  # the interval alone would have called it

@@ -4,7 +4,7 @@ on it says nothing about the model.
 
 The sides are found by running every claim (arrepro.report.claims.CLAIMS) on a stand-in of each
 demo experiment's best table, one row per setting its grids train, and recording every row that
-enters a comparison (``claims.stat``, ``claims.window_of``): no hand list that could drift from the
+enters a comparison (``claim_kinds.stat``, ``claim_kinds.window_of``): no hand list that could drift from the
 claims. All parameter counts are equal, so every wide-and-deep pair qualifies: the recorded sides
 can be more than a run compares, never fewer. Each side's grid (same experiment, same series,
 the setting among its products) must run a learning-rate search (``search``) or train more than
@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from arrepro.config.checks import load_grid
+from arrepro.report import claim_kinds as K
 from arrepro.report import claims as C
 from arrepro.config.cards import cards
 from arrepro.config.grid import is_replication
@@ -35,7 +36,7 @@ SCALE = "demo"
 class Recording(Results):
     """Results that note every row a claim asks for by model name (``rows(model)``: the window
     claims read their sides so) into ``self.read``; a claim's listing of all rows (``rows()``,
-    to find its models' names) is noted only where a row then enters a comparison (``claims.stat``)."""
+    to find its models' names) is noted only where a row then enters a comparison (``claim_kinds.stat``)."""
     read: set
 
     def rows(self, model=None, layers=None, part="main", cells=False, width=None):
@@ -71,14 +72,14 @@ def stand_in(grid, exp: str) -> Recording:
 def claim_sides(grid) -> dict[str, set]:
     """claim id -> {(exp, series, task, model, width, layers)} of every row a claim compares."""
     seen: dict[str, set] = {}
-    stat = C.stat
+    stat = K.stat
 
     def stat_rec(e, r, label=None):
         note(e.read, r)
         return stat(e, r, label)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(C, "stat", stat_rec)
+    mp.setattr(K, "stat", stat_rec)
     try:
         for cid, exp, _, fn in C.CLAIMS:
             if exp in grid.experiments:
@@ -122,3 +123,31 @@ def test_the_check_finds_a_side_at_one_rate():
     assert any(b.startswith("conv: table2.grids[0]") and "attention_conv_qkv" in b for b in bad)
     # and a replication series is judged as a side too (Fig. 2's coarse grid is searched: grid_one_seed)
     assert any(is_replication(g) for g in cfg["scales"][SCALE]["experiments"]["fig2"]["grids"])
+
+
+WINDOW_CLAIMS = {"lrwindow", "copylr", "deltanet", "depth12"}  # curves: every seed at every rate, windows closed
+GRID_CLAIMS = {"finegrid"}  # about the grids themselves: a side's failure is never read as evidence
+SOLO_CLAIMS = {"attn2"}  # one model against a bar, no rival
+
+
+def test_every_experiment_whose_claims_read_a_failure_trains_its_settings_at_their_rivals_rates():
+    """Issue 36, evidence not absence: an experiment whose claims compare models (not windows, not
+    the grids) runs the cover (arrepro.search.cover), so a side at chance is also trained at the
+    best learning rate of every setting of its task that learned, on every seed."""
+    grid = load_grid(CONFIG, SCALE)
+    exps = {exp for cid, exp, _, _ in C.CLAIMS if cid not in WINDOW_CLAIMS | GRID_CLAIMS | SOLO_CLAIMS
+            and exp in grid.experiments}
+    assert {"fig3", "fig4", "table1", "table2", "table3", "table4"} <= exps
+    missing = sorted(e for e in exps if not grid.experiments[e].get("cover"))
+    assert not missing, f"experiments whose claims read a failure without a cover: {missing}"
+
+
+def test_every_window_claim_of_the_demo_reads_a_curve_that_closes():
+    grid = load_grid(CONFIG, SCALE)
+    from arrepro.search.rounds import Searches
+    searches = Searches(grid)
+    exps = {exp for cid, exp, _, _ in C.CLAIMS if cid in WINDOW_CLAIMS and exp in grid.experiments}
+    assert exps == {"fig1", "fig5", "fig7", "fig13"}
+    for exp in exps:
+        for _, s in searches.of_experiment(exp):
+            assert s.spec.close and s.spec.search_seeds == s.spec.seeds, f"{exp}: {s.key} is not a closing curve"

@@ -93,13 +93,103 @@ def test_a_module_moved_into_a_package_keeps_its_digest(tmp_path):
         return source_digest(list(files), folder)
 
     other = "def helper(x):\n    return x - 1\n"
+    # (a script that runs them: in the package, a function counts where code that runs names it)
     flat = {"src/arrepro/__init__.py": "", "src/arrepro/a.py": A.replace(
-        "def helper2(x):", "def helper2(x):\n    from . import c\n"), "src/arrepro/b.py": B, "src/arrepro/c.py": other}
+        "def helper2(x):", "def helper2(x):\n    from . import c\n"), "src/arrepro/b.py": B, "src/arrepro/c.py": other,
+        "scripts/run.py": "from arrepro.a import area, helper, helper2\nprint(area(1), helper(2), helper2(3))\n"}
     moved = {"src/arrepro/__init__.py": "", "src/arrepro/stage/__init__.py": "",
              "src/arrepro/stage/area.py": flat["src/arrepro/a.py"].replace("from .b import helper", "from arrepro.b import helper")
              .replace("from . import c", "from arrepro.stage import c"),
-             "src/arrepro/b.py": B, "src/arrepro/stage/c.py": other}
+             "src/arrepro/b.py": B, "src/arrepro/stage/c.py": other,
+             "scripts/run.py": flat["scripts/run.py"].replace("arrepro.a", "arrepro.stage.area")}
     base = tree(tmp_path / "flat", flat)
     assert tree(tmp_path / "moved", moved) == base
     swapped = {**moved, "src/arrepro/b.py": other, "src/arrepro/stage/c.py": B}
     assert tree(tmp_path / "swapped", swapped) != base
+
+
+TEX = """
+def fmt_count(n):
+    return f"{n:,}"
+
+
+def lr_label(x):
+    return f"{x:.3g}"
+
+
+def tex_lr(x):
+    return f"${x:.3g}$"
+"""
+PLOTS = """
+from .tex import fmt_count, lr_label
+
+
+def ticks(xs):
+    return [lr_label(x) for x in xs], fmt_count(len(xs))
+"""
+
+
+def test_a_name_imported_under_another_name_counts(tmp_path):
+    """Issue 38: ``from arrepro.report.tex import fmt_count, lr_label`` edited to ``..., tex_lr as
+    lr_label`` changed no digest (imports of the package were left out whole): ``lr_label`` runs
+    another function. The binding is kept, without the module, with every statement that reads
+    it: at the top of a file, inside a function, and where another file binds the same name the
+    same way (a set of bindings would hide the edit of one of them)."""
+    base = digest(tmp_path, tex=TEX, plots=PLOTS, other=PLOTS)
+    renamed = PLOTS.replace("import fmt_count, lr_label", "import fmt_count, tex_lr as lr_label")
+    assert digest(tmp_path, tex=TEX, plots=renamed, other=PLOTS) != base
+    both = digest(tmp_path, tex=TEX, plots=renamed, other=renamed)
+    assert digest(tmp_path, tex=TEX, plots=renamed, other=PLOTS) != both
+    inner = PLOTS.replace("def ticks(xs):\n", "def ticks(xs):\n    from .tex import tex_lr as lr_label\n")
+    assert digest(tmp_path, tex=TEX, plots=inner, other=PLOTS) != base
+    # the module it comes from is where code lives: a rename of the module changes nothing
+    moved = renamed.replace("from .tex import", "from .fmt import")
+    assert digest(tmp_path, fmt=TEX, plots=moved, other=PLOTS) == digest(tmp_path, tex=TEX, plots=renamed, other=PLOTS)
+
+
+def package(folder, files: dict) -> str:
+    """``source_digest`` of files laid out as the repository (``src/arrepro/...``, ``scripts/...``)."""
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(textwrap.dedent(text))
+    return source_digest(list(files), folder)
+
+
+RUN = "from arrepro.plots import ticks\nprint(ticks([1e-3]))\n"
+TABLES = """
+from .tex import fmt_count
+
+
+def _pm(mean, std):
+    return f"{mean} +- {std}"
+
+
+def row(r):
+    return _pm(r[0], r[1]), fmt_count(r[2])
+"""
+
+
+def test_only_what_a_job_can_run_counts(tmp_path):
+    """Issue 38: moving ``_pm`` from report/tables.py to report/tex.py reran the figures, which
+    load tex.py and never call ``_pm``. In the package, a function or class counts only where
+    code that counts names it; a statement that runs on import counts always; so does a
+    definition whose decorator may register it, and every statement of the rule's script."""
+    files = {"src/arrepro/__init__.py": "", "src/arrepro/tex.py": TEX, "src/arrepro/plots.py": PLOTS, "scripts/run.py": RUN}
+    base = package(tmp_path / "a", files)
+    moved = {**files, "src/arrepro/tex.py": TEX + TABLES.split("\n\n\n")[1]}  # _pm moved in: nothing names it
+    assert package(tmp_path / "b", moved) == base
+    edited = {**files, "src/arrepro/tex.py": TEX.replace("${x:.3g}$", "${x:.2g}$")}  # tex_lr: nothing names it
+    assert package(tmp_path / "c", edited) == base
+    # ... but lr_label does (ticks, which the script calls): an edit of it counts
+    assert package(tmp_path / "d", {**files, "src/arrepro/tex.py": TEX.replace('f"{x:.3g}"', 'f"{x:.2g}"')}) != base
+    # a statement that runs on import counts, named or not; a decorator that may register, too
+    assert package(tmp_path / "e", {**files, "src/arrepro/tex.py": TEX + "\nSCALE = 2\n"}) != base
+    registered = TEX + "\n\n@register('x')\ndef hidden():\n    return 1\n"
+    assert package(tmp_path / "f", {**files, "src/arrepro/tex.py": registered}) \
+        != package(tmp_path / "g", {**files, "src/arrepro/tex.py": registered.replace("return 1", "return 2")})
+    cached = TEX + "\n\n@functools.lru_cache(maxsize=None)\ndef hidden():\n    return 1\n"
+    assert package(tmp_path / "h", {**files, "src/arrepro/tex.py": cached}) \
+        == package(tmp_path / "i", {**files, "src/arrepro/tex.py": cached.replace("return 1", "return 2")})
+    # a function the script defines counts though nothing calls it (a script counts whole)
+    assert package(tmp_path / "j", {**files, "scripts/run.py": RUN + "\n\ndef unused():\n    return 1\n"}) != base
+

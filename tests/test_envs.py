@@ -184,3 +184,44 @@ def test_post_deploy_installs_without_isolation_or_dependencies():
     assert installs
     for line in installs:
         assert "--no-build-isolation" in line and "--no-deps" in line, line
+
+
+def rule_scripts() -> list[tuple[str, str, Path]]:
+    """(rule, its script, its env file) of every rule or checkpoint that runs a script in a conda env."""
+    out = []
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        text = smk.read_text()
+        for m in re.finditer(r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", text, re.S | re.M):
+            env = re.search(r'conda:\s*\n\s*"([^"]+)"', m.group(2))
+            script = re.search(r'script:\s*\n\s*"([^"]+)"', m.group(2))
+            if env and script:
+                out.append((m.group(1), str((smk.parent / script.group(1)).resolve().relative_to(ROOT)),
+                            (smk.parent / env.group(1)).resolve()))
+    return out
+
+
+def top_level_imports(paths) -> set[str]:
+    """The packages that files import when they load (their module-level imports)."""
+    import ast
+
+    found = set()
+    for p in paths:
+        for node in ast.parse((ROOT / p).read_text()).body:
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def test_scipy_is_in_the_env_of_every_rule_whose_code_imports_it():
+    """The claims' interval takes its t quantile from scipy.stats (arrepro.report.interval): every
+    rule whose script's package modules import scipy when they load runs in an env that pins it
+    (the table and paper_numbers rules, through arrepro.report.verdicts)."""
+    from arrepro.config.catalogue import script_sources
+
+    needing = [(rule, env) for rule, script, env in rule_scripts()
+               if "scipy" in top_level_imports(script_sources(script, ROOT))]
+    assert {"table", "paper_numbers"} <= {rule for rule, _ in needing}, needing
+    for rule, env in needing:
+        assert "scipy" in pins(env_specs(env)), f"rule {rule} imports scipy; {env.name} does not pin it"

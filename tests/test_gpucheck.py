@@ -1,10 +1,11 @@
-"""`make gpu-check`'s logic on CPU: the check cells train, the table shows every family with its
-path, tokens/s and FLOP rate, and the failure rules fire."""
+"""`make gpu-check`'s logic on CPU (arrepro.cluster.gpucheck): the check cells train, the table shows
+every family with its path, tokens/s and FLOP rate, and the failure rules fire; and `make
+gpu-verify`'s whole flow with CPU stand-ins (arrepro.cluster.gpuverify and the modules it runs)."""
 import json
 
 import pytest
 
-from arrepro.cluster import gpucheck
+from arrepro.cluster import gpucheck, gpucompare, gpuinstall, gpuspeed, gpuverify
 
 
 def test_cpu_check_prints_a_row_per_family(tmp_path, capsys):
@@ -51,6 +52,23 @@ def test_problems_flag_divergence_and_portable_paths_when_kernels_are_required()
     found = gpucheck.problems(rows, mixers, require_kernels=True)
     assert found[0] == "rwkv: diverged" and len(found) == 2 and "attention" in found[1] and "SDPA" in found[1]
     assert "not recorded" in gpucheck.problems([_row("mamba", None)], mixers, True)[0]
+
+
+def test_on_the_cpu_the_default_precision_is_fp32_and_bf16_is_refused_naming_the_option(tmp_path, capsys):
+    """Issue 38: `--device cpu` with the default precision (bf16, which the training loop refuses on
+    the CPU) ended in a raw traceback blaming config.yaml. The default follows the device (fp32 on
+    the CPU); bf16 asked for there is refused in one line naming the option, before any cell."""
+    code = gpucheck.main(["--device", "cpu", "--scale", "tiny", "--steps", "2", "--width", "16", "--layers", "1",
+                          "--only", "attention", "--out", str(tmp_path / "a")])
+    assert code == 0 and "precision fp32" in capsys.readouterr().out
+    assert gpucheck.default_precision("cuda") == "bf16"  # on a GPU every kernel runs (some need half precision)
+    with pytest.raises(SystemExit) as refused:
+        gpucheck.main(["--device", "cpu", "--precision", "bf16", "--scale", "tiny", "--steps", "2", "--width", "16",
+                       "--layers", "1", "--only", "attention", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--precision bf16 with --device cpu: bf16 runs only on CUDA" in err, err
+    assert "config.yaml" not in err and "Traceback" not in err
+    assert not (tmp_path / "b").exists()  # refused before any cell
 
 
 def test_bad_arguments_are_refused():
@@ -195,7 +213,7 @@ def test_verify_fails_on_a_wrong_kernel_and_on_one_that_raises(tmp_path):
                     "chunk_gated_delta_rule": chunk_gated_delta_rule}
         """))
     out = tmp_path / "out"
-    code = gpucheck.main(["verify", "--standins", str(wrong), "--no-install", *TINY, "--speed-steps", "0",
+    code = gpuverify.verify_main(["--standins", str(wrong), "--no-install", *TINY, "--speed-steps", "0",
                           "--cases", "mamba_noconv", "deltanet", "gated_deltanet", "--out", str(out)])
     assert code == 1
     rows = {r["case"]: r for r in json.loads((out / "verify.json").read_text())["agreement"]}
@@ -210,9 +228,9 @@ def test_tolerances_are_the_kernel_tests_own():
     import test_kernels_interpret as interp
     import test_mixers as mixers
 
-    assert gpucheck.TOLERANCES["fp32"] == (interp.FP32_TOL, interp.FP32_TOL)
-    assert gpucheck.TOLERANCES["tf32"] == (interp.FWD_TOL_FP16, interp.GRAD_TOL_FP16)
-    assert gpucheck.TOLERANCES["bf16"] == (mixers.KERNEL_TOL, 5 * mixers.KERNEL_TOL)
+    assert gpucompare.TOLERANCES["fp32"] == (interp.FP32_TOL, interp.FP32_TOL)
+    assert gpucompare.TOLERANCES["tf32"] == (interp.FWD_TOL_FP16, interp.GRAD_TOL_FP16)
+    assert gpucompare.TOLERANCES["bf16"] == (mixers.KERNEL_TOL, 5 * mixers.KERNEL_TOL)
 
 
 def test_every_kernel_a_paper_model_calls_is_compared():
@@ -227,14 +245,14 @@ def test_every_kernel_a_paper_model_calls_is_compared():
     grid = load_grid(config, "paper")
     used = {getattr(get_mixer(config["models"][m]["mixer"]), "kernel_name", None)
             for exp in grid.experiments.values() for g in exp["grids"] for m in g["models"]}
-    checked = {c.kernels[0] for c in gpucheck.VERIFY_CASES}
+    checked = {c.kernels[0] for c in gpucompare.VERIFY_CASES}
     assert used - {None, "flash_attn_func"} <= checked
-    assert set(gpucheck.KERNEL_SOURCE) == checked  # causal_conv1d_fn: the short convs of most of them
+    assert set(gpuinstall.KERNEL_SOURCE) == checked  # causal_conv1d_fn: the short convs of most of them
 
 
 def test_filtering_nvcc_keeps_only_the_devices_architecture(tmp_path):
     _, cuda = _fake_carry(tmp_path)
-    home = gpucheck.filtering_cuda_home(cuda, "90", tmp_path / "w")
+    home = gpuinstall.filtering_cuda_home(cuda, "90", tmp_path / "w")
     said = subprocess.run([str(home / "bin" / "nvcc"), "-gencode", "arch=compute_75,code=sm_75", "--version"],
                           capture_output=True, text=True, check=True).stdout.split()
     assert said == ["--version", "-gencode", "arch=compute_90,code=sm_90"]
@@ -242,7 +260,7 @@ def test_filtering_nvcc_keeps_only_the_devices_architecture(tmp_path):
         == ["-c", "x.cu"]  # no target given: none added
     assert (home / "lib64" / "libcudart.so").resolve() == (cuda / "lib64" / "libcudart.so.13").resolve()
     with pytest.raises(ValueError):
-        gpucheck.filtering_cuda_home(cuda, "9.0", tmp_path / "w")
+        gpuinstall.filtering_cuda_home(cuda, "9.0", tmp_path / "w")
 
 
 def test_the_first_paper_cell_is_a_target_of_the_train_rule():
@@ -253,7 +271,7 @@ def test_the_first_paper_cell_is_a_target_of_the_train_rule():
     from arrepro.config.checks import load_grid
 
     grid = load_grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "paper")
-    cell = gpucheck.first_cell(grid)
+    cell = gpuspeed.first_cell(grid)
     spec = grid.spec_of(cell)
     assert (spec["task_def"]["seq_len"], spec["model"], spec["width"], spec["layers"], spec["recipe_def"]["epochs"]) \
         == (64, "attention", 64, 2, 50)
@@ -267,4 +285,4 @@ def test_the_first_paper_cell_is_a_target_of_the_train_rule():
 def test_verify_arguments_are_checked():
     for bad in (["--cell-only"], ["--cases", "attention"], ["--shape", "1,2"], ["--families", "hyena"]):
         with pytest.raises(SystemExit):
-            gpucheck.main(["verify", *bad])
+            gpuverify.verify_main([*bad])

@@ -6,7 +6,7 @@ add up from the per-cell estimates; a pack holds at most N grouped cells of one 
 cell asks for its GPU as the string gres "gpu:1", a big cell keeps gpu=1; with N = 1 nothing
 changes. The numbers: two tiny cells trained at once, as a pack runs them inside a Slurm job
 (one local Snakemake with as many cores as cells), end with exactly the numbers of the same cells
-trained one after another.
+trained apart, each its own job (the test session's finished tiny run).
 """
 import math
 import re
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_slurm import SNAKEMAKE, assert_as_one_by_one, assert_ran_at_once
+from test_slurm import SNAKEMAKE, assert_as_trained_apart, assert_ran_at_once
 from workflow_copy import copy_workflow
 
 from arrepro.cluster import budget, packs
@@ -178,7 +178,7 @@ def test_cells_per_gpu_must_be_a_whole_number(bad):
 
 
 # ============================================================================ the numbers
-def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path):
+def test_cells_trained_at_once_end_as_cells_trained_apart(config, tmp_path, tmp_path_factory):
     grid = Grid(config, "tiny")
     marker, cells = next((m, c) for m, c in packs.packs(grid, 2).items() if len(c) == 2)
     together = copy_workflow(tmp_path / "together", whole=True)
@@ -187,24 +187,33 @@ def test_cells_trained_at_once_end_as_cells_trained_one_by_one(config, tmp_path)
                          cwd=together, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert_ran_at_once(run.stderr + run.stdout, 2)
-    assert_as_one_by_one(together, cells, tmp_path / "apart")
+    assert_as_trained_apart(together, cells, tmp_path_factory)
 
 
 # --------------------------------------------------------------------------- the learning-rate protocol
 def test_the_paper_scale_on_the_search_protocol_stays_within_its_budget(config):
-    """Issue 30's budget: the paper scale's searches, every budget spent, at most 11,000 cells and
-    13,500 estimated GPU-hours, and under 0.45 of the literal grid's GPU-hours under the same cost
-    model; the fixed grid (lr_protocol: grid) is the literal grid."""
+    """Issue 30's budget holds for the searches: every budget spent, at most 11,000 cells and
+    13,500 estimated GPU-hours. The covers (issue 36: a setting at chance also trained at its
+    rivals' best rates) come on top, bounded as if every covered setting stayed at chance; with
+    them the whole plan stays under 0.55 of the literal grid's GPU-hours under the same cost model
+    (README: 0.51). The fixed grid (lr_protocol: grid) is the literal grid."""
     grid = Grid(config, "paper")
     pp = budget.protocol_plan(grid)
-    assert pp["protocol"] == "search" and pp["cells_round0"] < pp["cells_max"] <= 11_000
-    assert pp["gpu_hours_estimated_max"] <= 13_500
-    assert pp["gpu_hours_estimated_max"] < 0.45 * pp["gpu_hours_estimated_fixed_grid"]
+    cover = next(v for k, v in pp["by_kind"].items() if k.startswith("cover"))
+    assert cover["cells_max"] > 0
+    search_cells = pp["cells_max"] - cover["cells_max"]
+    search_hours = pp["gpu_hours_estimated_max"] - cover["gpu_hours_estimated_max"]
+    assert pp["protocol"] == "search" and pp["cells_round0"] < search_cells <= 11_000
+    assert search_hours <= 13_500
+    assert pp["gpu_hours_estimated_max"] < 0.55 * pp["gpu_hours_estimated_fixed_grid"]
     assert pp["ratio_gpu_hours_to_fixed_grid"] == pytest.approx(
         pp["gpu_hours_estimated_max"] / pp["gpu_hours_estimated_fixed_grid"])
     assert pp["cells_fixed_grid"] == len(grid.all_cells()) > pp["cells_max"]
     fixed = budget.protocol_plan(grid, protocol="grid")
-    assert fixed["cells_round0"] == fixed["cells_max"] == pp["cells_fixed_grid"]
+    fixed_cover = next(v for k, v in fixed["by_kind"].items() if k.startswith("cover"))["cells_max"]
+    # the literal grid, and on top its covers' bound (a rival's best rate that is not a grid point
+    # of the setting at chance): the covers are planned under either protocol
+    assert fixed["cells_round0"] == fixed["cells_max"] - fixed_cover == pp["cells_fixed_grid"]
 
 
 def test_the_plan_prints_as_json_for_scripts():

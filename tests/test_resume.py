@@ -200,16 +200,16 @@ def resumed(logs: list[str]) -> bool:
 def test_a_checkpoint_is_resumed_only_by_the_same_code(data, tmp_path, monkeypatch, tracked, edit, resumes):
     """Editing a source that shapes the cell (a stand-in added to the training sources, or to the
     data generator's) invalidates its checkpoint; editing only its comments or docstrings does not."""
-    from arrepro.train import loop
+    from arrepro.train import prepare
 
     extra = tmp_path / "model_source.py"
     extra.write_text("x = 1\n")
     if tracked == "train_sources":
-        real = loop.train_sources
-        monkeypatch.setattr(loop, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
+        real = prepare.train_sources
+        monkeypatch.setattr(prepare, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
     else:
-        real_data = loop.data_sources
-        monkeypatch.setattr(loop, "data_sources", lambda *a, **kw: real_data(*a, **kw) + [str(extra)])
+        real_data = prepare.data_sources
+        monkeypatch.setattr(prepare, "data_sources", lambda *a, **kw: real_data(*a, **kw) + [str(extra)])
     out = tmp_path / "cell"
     with pytest.raises(SystemExit):
         train_cell(spec(), data, out, threads=1, log=quiet, stop_after_steps=20)
@@ -347,7 +347,8 @@ def test_keep_weights_keeps_the_final_weights_only(data, reference, tmp_path):
 
     import torch
 
-    from arrepro.train.loop import build_model, evaluate, load_task
+    from arrepro.train.loop import evaluate
+    from arrepro.train.prepare import build_model, load_task
 
     train_cell(spec(), data, tmp_path, threads=1, log=quiet, keep_weights=True)
     assert_same_cell(tmp_path, reference)

@@ -1,16 +1,22 @@
-"""Each rule's code digest covers exactly the package modules its script imports (issue 23).
+"""Each rule's code digest covers exactly the package modules its job loads (issues 23, 38).
 
 The lists arrepro.config.catalogue derives from the imports (``script_sources``, ``train_sources``) are
-checked against an independent trace: the standard library's ``modulefinder``, which reads the
-compiled bytecode of every function, not the syntax tree. Every rule that runs a Python script
-records the digest of its own script's list. And a code edit of any module of the package changes
-the digest of exactly the rules whose scripts import it (a comment edit: of none). The workflow's
-own dry runs of such edits: tests/test_workflow.py (``test_a_code_edit_reruns_the_rules_that_import_it``).
-No Snakemake run here: about a second.
+checked against two independent traces: they hold every module that importing the script loads
+(the interpreter's own ``sys.modules``: a lower bound) and only modules that the standard library's
+``modulefinder``, which reads the compiled bytecode of every function, finds the script importing
+anywhere (an upper bound: a module imported only inside a function that the job never calls is
+left out, issue 38). Every rule that runs a Python script records the digest of its own script's
+list. And a code edit of any module of the package changes the digest of exactly the rules whose
+jobs load it (a comment edit: of none). The workflow's own dry runs of such edits:
+tests/test_workflow.py (``test_a_code_edit_reruns_the_rules_that_import_it``).
+No Snakemake run here: a few seconds.
 """
+import json
 import modulefinder
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,17 +150,72 @@ def test_the_workflow_profile_leaves_snakemakes_code_trigger_off():
     assert set(triggers) == {"mtime", "params", "input", "software-env"}, triggers
 
 
-def test_the_derived_sources_are_what_the_scripts_import():
-    """script_sources (syntax trees) against modulefinder (bytecode), for every rule's script, the
-    data job's sources (a checkpoint's fingerprint), and the train rule's sources of every mixer,
-    whose module and CPU kernel the package imports by name."""
+# one process imports the heavy libraries once, then forks a child per script that imports it
+# (run_path, not as __main__ and not under Snakemake: only what its top level imports) and prints
+# the package's modules in its sys.modules
+LOADED = """
+import json, os, runpy, sys
+from pathlib import Path
+import matplotlib, numpy, pandas, yaml  # noqa: F401,E401 (inherited by every child; no script imports torch at its top)
+matplotlib.use("Agg")
+import seaborn  # noqa: F401,E402
+for script in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        runpy.run_path(script, run_name="imported")
+        found = sorted(str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items())
+                       if n.split(".")[0] == "arrepro" and getattr(m, "__file__", None))
+        print(json.dumps([script, found]), flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, script
+"""
+
+
+def loaded_on_import(*scripts: str) -> dict[str, set[str]]:
+    """The package's modules (with the script) that importing each script loads, from the
+    interpreter's own ``sys.modules``."""
+    p = subprocess.run([sys.executable, "-c", LOADED, *(str(ROOT / s) for s in scripts)], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = {}
+    for line in p.stdout.splitlines():
+        script, found = json.loads(line)
+        rel = str(Path(script).relative_to(ROOT))
+        out[rel] = {str(Path(f).relative_to(ROOT)) for f in found} | {rel}
+    assert set(out) == set(scripts), p.stdout[-2000:]
+    return out
+
+
+def test_the_derived_sources_are_what_the_scripts_load():
+    """script_sources (syntax trees, what the job can run) between what importing the script
+    loads and what modulefinder (bytecode) finds it importing anywhere, for every rule's script,
+    the data job's sources (a checkpoint's fingerprint), and the train rule's sources of every
+    mixer, whose module and CPU kernel the package imports by name."""
     from arrepro.config.catalogue import data_sources, script_sources, train_sources
 
-    for script in set(rule_scripts().values()):
-        assert set(script_sources(script, ROOT)) == traced(ROOT, script), script
-    assert set(data_sources(ROOT)) == traced(ROOT, "scripts/make_data.py")
+    scripts = sorted(set(rule_scripts().values()))
+    on_import = loaded_on_import(*scripts)
+    for script in scripts:
+        listed = set(script_sources(script, ROOT))
+        assert on_import[script] <= listed <= traced(ROOT, script), script
+    assert set(data_sources(ROOT)) <= traced(ROOT, "scripts/make_data.py")
     for mixer in sorted(mixer_names()):
-        assert set(train_sources(mixer, ROOT)) == traced(ROOT, TRAIN_SCRIPT, *dynamic_modules(mixer)), mixer
+        listed = set(train_sources(mixer, ROOT))
+        assert on_import[TRAIN_SCRIPT] <= listed <= traced(ROOT, TRAIN_SCRIPT, *dynamic_modules(mixer)), mixer
+        assert {f"src/arrepro/{m.replace('.', '/').removeprefix('arrepro/')}.py" for m in dynamic_modules(mixer)} <= listed
+
+
+def test_the_paper_loads_no_mixer_and_the_blocks_figure_its_mamba():
+    """Issue 38: a real edit of models/mixers/mamba.py reran the tiny scale's paper, which trains
+    no Mamba: report/blocks.py imports the mixer (and the trainer) inside the functions that build
+    and walk a block, which only the block_structure rule runs."""
+    from arrepro.config.catalogue import script_sources
+
+    numbers = script_sources("scripts/paper_numbers.py", ROOT)
+    assert "src/arrepro/report/blocks.py" in numbers  # (for its figure names)
+    assert not [f for f in numbers if f.startswith(("src/arrepro/models/", "src/arrepro/train/"))], numbers
+    assert "src/arrepro/models/mixers/mamba.py" in script_sources("scripts/block_structure.py", ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -176,17 +237,15 @@ def rule_sources(root: Path, scripts) -> dict[str, list[str]]:
     return out
 
 
-def test_a_code_edit_of_any_module_changes_exactly_the_rules_that_import_it(copy):
+def test_a_code_edit_of_any_module_changes_exactly_the_rules_that_load_it(copy):
     """Each module of the package in turn gets a statement appended (code), then a comment and a
-    reworded docstring instead: the code edit changes the digests of the rules whose script
-    imports it (as modulefinder traces it) and no other; the comment edit changes none."""
+    reworded docstring instead: the code edit changes the digests of the rules whose job loads
+    it and no other; the comment edit changes none."""
     from test_workflow import CODE_EDIT, comment_edit
 
     scripts = set(rule_scripts().values())
-    uses = {s: traced(ROOT, s) for s in scripts if s != TRAIN_SCRIPT}
-    uses.update({f"train {m}": traced(ROOT, TRAIN_SCRIPT, *dynamic_modules(m)) for m in sorted(mixer_names())})
     sources = rule_sources(copy, scripts)
-    assert sources.keys() == uses.keys()
+    uses = sources  # what each rule's job loads (bounded by two traces: test_the_derived_sources_are_what_the_scripts_load)
 
     def digests():
         return {k: source_digest(files, copy) for k, files in sources.items()}
@@ -207,3 +266,68 @@ def test_a_code_edit_of_any_module_changes_exactly_the_rules_that_import_it(copy
             assert statements(path) == before, f"{module}: a comment edit changed its code"  # so no digest
         finally:
             path.write_text(original)
+
+
+def move_pm(root: Path) -> None:
+    """Issue 38's refactor: ``_pm`` moved from report/tables.py to report/tex.py, tables.py importing it."""
+    tables, tex = root / "src/arrepro/report/tables.py", root / "src/arrepro/report/tex.py"
+    text = tables.read_text()
+    start = text.index("def _pm(")
+    end = text.index("\ndef ", start + 1) + 1
+    anchor = "from arrepro.report.tex import acc,"
+    assert anchor in text
+    tables.write_text((text[:start] + text[end:]).replace(anchor, "from arrepro.report.tex import _pm, acc,", 1))
+    tex.write_text(tex.read_text().rstrip() + "\n\n\n" + text[start:end].rstrip() + "\n")
+
+
+# issue 38's edits, each rebinding a name with `as` (the first as the issue wrote it): the rules whose jobs run the
+# statements that read the name
+RENAMED = [("src/arrepro/report/plots.py", "from arrepro.report.tex import fmt_count, lr_label",
+            "from arrepro.report.tex import fmt_count, tex_lr as lr_label", "scripts/plot_figure.py"),
+           ("src/arrepro/report/aggregate.py", "from arrepro.files import read_table, write_table",
+            "from arrepro.files import read_table, write_text_atomic as write_table", "scripts/aggregate.py"),
+           ("src/arrepro/models/mixers/attention.py", "from arrepro.models.ops import ShortConv, apply_rotary, rotary_tables",
+            "from arrepro.models.ops import ShortConv, apply_rotary as rotary_tables, rotary_tables as apply_rotary",
+            "train attention")]
+
+
+@pytest.mark.parametrize("module, old, new, rule", RENAMED)
+def test_a_name_rebound_with_as_changes_the_digest_of_the_rules_that_run_it(copy, module, old, new, rule):
+    """Issue 38: these edits changed no digest: `snakemake all` had nothing to do, a forced run
+    drew other figures, stale tables and cells stayed, old checkpoints were resumed."""
+    scripts = set(rule_scripts().values())
+    sources = rule_sources(copy, scripts)
+    base = {k: source_digest(files, copy) for k, files in sources.items()}
+    path = copy / module
+    original = path.read_text()
+    assert old in original
+    try:
+        path.write_text(original.replace(old, new, 1))
+        assert source_digest(rule_sources(copy, scripts)[rule], copy) != base[rule]
+    finally:
+        path.write_text(original)
+
+
+def test_a_pure_move_and_an_edit_of_code_no_rule_runs_change_no_other_digest(copy):
+    """Issue 38: ``_pm`` moved from report/tables.py to report/tex.py changed the digests of the
+    figures and the paper's numbers (which load tex.py, never calling ``_pm``): now no rule's and no
+    cell's. A real edit of the Mamba mixer changes Mamba's cells and the blocks figure's structure,
+    not the paper's numbers."""
+    scripts = set(rule_scripts().values())
+    saved = {p: p.read_text() for p in (copy / "src/arrepro/report").glob("*.py")}
+    mamba = copy / "src/arrepro/models/mixers/mamba.py"
+    saved[mamba] = mamba.read_text()
+
+    def digests():
+        return {k: source_digest(files, copy) for k, files in rule_sources(copy, scripts).items()}
+
+    base = digests()
+    try:
+        move_pm(copy)
+        assert digests() == base
+        mamba.write_text(saved[mamba] + "\n_AN_EDIT = 1\n")
+        changed = {k for k, v in digests().items() if v != base[k]}
+        assert changed == {"train mamba", "scripts/block_structure.py"}, changed
+    finally:
+        for p, text in saved.items():
+            p.write_text(text)

@@ -289,15 +289,15 @@ def test_a_spec_outside_its_range_or_with_foreign_search_seeds_or_a_short_budget
 
 
 # --------------------------------------------------------------------------- issue 30: no window the grid finds is missed
-def paper_spec(tier=None, **over):
-    """config.yaml's paper-scale `best` search for five seeds, as the workflow resolves it."""
+def paper_spec(tier=None, seeds=SEEDS, **over):
+    """config.yaml's paper-scale `best` search for five seeds (or ``seeds``), as the workflow resolves it."""
     import yaml
     from arrepro.config.paths import REPO_ROOT as REPO
     from arrepro.search.rounds import search_spec
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     entry = {**cfg["lr_searches"]["best"], **over}
     start = cfg["lr_grids"][entry["start"]] if isinstance(entry["start"], str) else entry["start"]
-    return search_spec(entry, start, SEEDS, 0.4375, 0.9, tier), [float(x) for x in cfg["lr_grids"]["fine"]]
+    return search_spec(entry, start, seeds, 0.4375, 0.9, tier), [float(x) for x in cfg["lr_grids"]["fine"]]
 
 
 def bump(center, width, height=0.98, floor=0.25):

@@ -10,11 +10,11 @@ End to end (marker `slurm`): tests/slurm/start_cluster.sh installs and starts a 
 Slurm with accounting (munge, MariaDB, slurmdbd, slurmctld, slurmd, two fake GPUs); the tiny
 scale runs through `snakemake --profile slurm all` with only the software-deployment method
 overridden (this machine has no conda; the scale comes from ARREPRO_SCALE, which the profile
-reads) and ends with the numbers of a local `snakemake --cores 2` run; a deliberately failing
+reads) and ends with the numbers of a local `snakemake all` run; a deliberately failing
 job (tests/slurm/Snakefile, through the same profile) is reported failed after the profile's
 retries, each with more time; a cell that Slurm kills at its time limit (SIGTERM) resumes from
 its checkpoint in the retry; with CELLS_PER_GPU = 2 two tiny cells run at once in one Slurm job
-with one (fake) GPU and end with the numbers of a one-by-one run; every daemon is stopped by
+with one (fake) GPU and end with the numbers of the cells trained apart; every daemon is stopped by
 PID. The four runs share the cluster and run at the same time (~7 minutes in all, mostly the
 plugin's status polling). Skipped, saying why, where the
 machine cannot install Debian packages (not root, no apt-get, or apt-get fails).
@@ -38,7 +38,7 @@ from arrepro.cluster import budget, packs
 from arrepro.config import costs
 from arrepro.config.cards import card_of
 from arrepro.config.grid import Grid
-from workflow_copy import copy_workflow
+from workflow_copy import copy_workflow, finished_run
 from arrepro.search.rounds import Searches, search_cells, start_round
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -448,8 +448,10 @@ def read_table(path: Path) -> list[dict]:
 
 @pytest.mark.slurm
 def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, timed_out, shared, tmp_path,
-                                                                    config):
-    via_slurm, local = copy_workflow(tmp_path / "slurm", whole=True), copy_workflow(tmp_path / "local", whole=True)
+                                                                    tmp_path_factory, config):
+    from test_trust_workflow import run_as_typed
+
+    via_slurm = copy_workflow(tmp_path / "slurm", whole=True)
     t0 = time.monotonic()
     # the profile as users run it, with quicker status checks (a sacct call every 5 s, not 20: the
     # DAG's dozen levels each wait for one)
@@ -458,9 +460,9 @@ def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, fa
                            env={**cluster.env, "ARREPRO_SCALE": "tiny"},
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        ref = subprocess.run(SNAKEMAKE + ["all", "--cores", "2", "--config", "scale=tiny"], cwd=local,
-                             capture_output=True, text=True, timeout=900)
-        assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+        # the local run: `snakemake all` on the tiny scale, the test session's one (built meanwhile
+        # if no other test has yet: workflow_copy.finished_run)
+        local = finished_run(tmp_path_factory, "tiny-typed", run_as_typed)
         log, _ = run.communicate(timeout=1200)
     finally:
         if run.poll() is None:
@@ -552,9 +554,9 @@ def test_a_cell_killed_at_its_time_limit_resumes_in_the_retry(cluster, timed_out
 
 
 @pytest.mark.slurm
-def test_two_cells_share_one_gpu_in_one_slurm_job(cluster, shared, tmp_path):
+def test_two_cells_share_one_gpu_in_one_slurm_job(cluster, shared, tmp_path_factory):
     """CELLS_PER_GPU = 2: one Slurm job with one GPU and two cores; one step (that has the GPU)
-    runs both cells at once; their numbers are those of the cells trained one by one."""
+    runs both cells at once; their numbers are those of the cells trained apart (each its own job)."""
     proc, wd, cells = shared
     log, _ = proc.communicate(timeout=1200)
     assert proc.returncode == 0, log[-6000:]
@@ -568,7 +570,7 @@ def test_two_cells_share_one_gpu_in_one_slurm_job(cluster, shared, tmp_path):
     assert len(numbered) == 1 and "gres/gpu=1" in numbered[0], steps  # one srun step, with the GPU
     job_log = next(wd.glob(f".snakemake/slurm_logs/**/{jobs[0]['JobID']}.log")).read_text()
     assert_ran_at_once(job_log, 2)
-    assert_as_one_by_one(wd, cells, tmp_path / "apart")
+    assert_as_trained_apart(wd, cells, tmp_path_factory)
 
 
 def assert_ran_at_once(log: str, n: int) -> None:
@@ -578,13 +580,13 @@ def assert_ran_at_once(log: str, n: int) -> None:
     assert started[-1] < log.index("Finished jobid", started[0]), "the cells did not run at once:\n" + log[-6000:]
 
 
-def assert_as_one_by_one(done: Path, cells, scratch: Path) -> None:
+def assert_as_trained_apart(done: Path, cells, tmp_path_factory) -> None:
     """The cells' result.json and metrics under the workflow copy `done` are those of the same
-    cells trained one after another in a fresh copy (timings aside)."""
-    apart = copy_workflow(scratch, whole=True)
-    run = subprocess.run(SNAKEMAKE + [f"{c.path}/result.json" for c in cells] + ["--cores", "1", "--config", "scale=tiny"],
-                         cwd=apart, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    cells trained apart, each its own job, by a plain local run of the tiny scale (the test
+    session's one: workflow_copy.finished_run), timings aside."""
+    from test_workflow import run_tiny
+
+    apart = finished_run(tmp_path_factory, "tiny-done", run_tiny)
     for c in cells:
         a, b = done / c.path, apart / c.path
         assert untimed(json.loads((a / "result.json").read_text())) == untimed(json.loads((b / "result.json").read_text()))

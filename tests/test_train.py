@@ -133,7 +133,7 @@ def test_fp32_has_no_autocast_anywhere_and_bf16_autocasts_on_cuda():
 
     import torch
 
-    from arrepro.train.loop import autocast_for
+    from arrepro.train.prepare import autocast_for
 
     cuda = torch.device("cuda")
     assert not isinstance(autocast_for("fp32", cuda)(), torch.autocast)

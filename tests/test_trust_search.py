@@ -134,7 +134,7 @@ def alias_bomb() -> str:
     ("a: [1, 2\n", "not valid YAML"),
 ], ids=["duplicate-key", "alias-bomb", "not-yaml"])
 def test_a_config_file_is_refused_in_one_line_before_snakemake_reads_it(tmp_path, text, phrase):
-    from arrepro.cluster.preflight import ConfigFileError, check_config_file
+    from arrepro.cluster.configfile import ConfigFileError, check_config_file
 
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -144,13 +144,13 @@ def test_a_config_file_is_refused_in_one_line_before_snakemake_reads_it(tmp_path
 
 
 def test_the_config_file_passes_and_merge_keys_are_no_duplicates():
-    from arrepro.cluster.preflight import check_config_file
+    from arrepro.cluster.configfile import check_config_file
 
     check_config_file(ROOT / "config.yaml")
 
 
 def test_an_oversized_config_is_refused(tmp_path):
-    from arrepro.cluster.preflight import ConfigFileError, check_config_file
+    from arrepro.cluster.configfile import ConfigFileError, check_config_file
 
     path = tmp_path / "config.yaml"
     path.write_text("a: " + "x" * (1 << 20) + "\n")
@@ -159,7 +159,7 @@ def test_an_oversized_config_is_refused(tmp_path):
 
 
 def test_command_line_mappings_are_read_as_yaml_and_named():
-    from arrepro.cluster.preflight import COMMAND_LINE, command_line_config, config_source
+    from arrepro.cluster.configfile import COMMAND_LINE, command_line_config, config_source
 
     over = command_line_config(["lr_searches={tiny: {rounds: 1}}", "scale=tiny", "lr_protocol=grid"])
     assert over == {"lr_searches": {"tiny": {"rounds": 1}}, "scale": "tiny", "lr_protocol": "grid"}
@@ -197,7 +197,7 @@ def test_yamls_unquoted_1e_3_is_taken_as_a_number(config):
 
 # --------------------------------------------------------------------------- the code a run planned with
 def test_a_job_whose_code_changed_since_the_plan_stops_naming_the_file(tmp_path, monkeypatch):
-    from arrepro.digest import CodeChanged, PLANNED, check_planned_code, record_planned
+    from arrepro.planned import CodeChanged, PLANNED, check_planned_code, record_planned
 
     src = tmp_path / "a.py"
     src.write_text("X = 1\n")
@@ -224,7 +224,7 @@ def test_the_trainer_stops_when_its_code_changed_since_the_plan(data, tmp_path):
     another digest than they have now: one line, nothing trained."""
     from arrepro.config.catalogue import train_sources
 
-    PLANNED = "ARREPRO_PLANNED_CODE"  # (arrepro.digest.PLANNED)
+    PLANNED = "ARREPRO_PLANNED_CODE"  # (arrepro.planned.PLANNED)
 
     paths = train_sources("attention", ROOT)
     rec = {"root": str(ROOT), "groups": {"\0".join(paths): "0" * 16}, "files": {}}

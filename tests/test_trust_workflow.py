@@ -25,8 +25,8 @@ from arrepro.search.plans import Plan
 from arrepro.search.rounds import Searches
 from arrepro.report.tables import render_table
 from arrepro.report.tex import tex_escape
-from test_workflow import ROOT, TARGETS, edit_config, private_copy
-from workflow_copy import copy_workflow
+from test_workflow import ROOT, TARGETS, edit_config
+from workflow_copy import copy_workflow, finished_run, private_copy
 
 BIN = Path(sys.executable).parent  # this environment's `snakemake` and `python`
 TASK = "results/data/mqar-L16-K2-V64-3640bf"  # the tiny scale's dataset
@@ -71,25 +71,34 @@ def set_default_scale(wd: Path, scale: str) -> None:
 TEX_STANDIN = "#!/bin/sh\n# a stand-in for tectonic: the paper's numbers as its PDF\ncat results/paper/numbers.tex > main.pdf\n"
 
 
-@pytest.fixture(scope="module")
-def tex_path(tmp_path_factory) -> str:
-    """PATH with the TeX stand-in first, then this environment's bin."""
-    bin_dir = tmp_path_factory.mktemp("texbin")
+def tex_standin(bin_dir: Path) -> str:
+    """PATH with the TeX stand-in (in ``bin_dir``) first, then this environment's bin."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
     (bin_dir / "tectonic").write_text(TEX_STANDIN)
     (bin_dir / "tectonic").chmod(0o755)
     return os.pathsep.join([str(bin_dir), str(BIN), os.environ["PATH"]])
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, tex_path):
-    """A fresh checkout whose default scale is set to tiny (the demo trains for 20 minutes), after
-    the command users type: `snakemake results/fig2.pdf` (no --cores, no --config), then
-    `snakemake all` (the paper with the TeX stand-in)."""
-    wd = fresh_checkout(tmp_path_factory.mktemp("clone"))
+def tex_path(tmp_path_factory) -> str:
+    return tex_standin(tmp_path_factory.mktemp("texbin"))
+
+
+def run_as_typed(wd: Path) -> None:
+    """A fresh checkout in ``wd`` whose default scale is set to tiny (the demo trains for 20
+    minutes), after the command users type: `snakemake results/fig2.pdf` (no --cores, no
+    --config), then `snakemake all` (the paper with the TeX stand-in)."""
+    fresh_checkout(wd)
     set_default_scale(wd, "tiny")
     typed(wd, "snakemake results/fig2.pdf", check=True)
-    typed(wd, "snakemake all", path=tex_path, check=True)  # the rest of TARGETS, the searches' files, the paper
-    return wd
+    tex = tex_standin(wd.with_name(wd.name + "-texbin"))
+    typed(wd, "snakemake all", path=tex, check=True)  # the rest of TARGETS, the searches' files, the paper
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """This module's own copy of the test session's run_as_typed (workflow_copy.finished_run)."""
+    return private_copy(finished_run(tmp_path_factory, "tiny-typed", run_as_typed), tmp_path_factory.mktemp("clone"))
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """The workflow as a user drives it: config errors stop the run before any job and name the
 key; an edit reruns only what it should (Snakemake dry runs on the tiny scale)."""
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_copy import copy_workflow
+from workflow_copy import copy_workflow, finished_run, private_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -53,20 +52,19 @@ def edit_config(wd: Path, fn) -> None:
     (wd / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
+def run_tiny(wd: Path) -> None:
+    """A new copy of the workflow in ``wd``, its tiny scale run to the end (and the paper's numbers)."""
+    copy_workflow(wd)
+    smk(wd, "--cores", "2", *TARGETS, *search_reports(), NUMBERS, "--config", "scale=tiny")
+
+
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
-    """A copy of the workflow whose tiny scale has run to the end (and made the paper's numbers)."""
-    wd = copy_workflow(tmp_path_factory.mktemp("wf"))
-    smk(wd, "--cores", "2", *TARGETS, *search_reports(), NUMBERS, "--config", "scale=tiny")
+    """A copy of the workflow whose tiny scale has run to the end (and made the paper's numbers):
+    this module's own copy of the test session's one such run (workflow_copy.finished_run)."""
+    wd = private_copy(finished_run(tmp_path_factory, "tiny-done", run_tiny), tmp_path_factory.mktemp("done"))
     assert planned(wd) == {}
     return wd
-
-
-def private_copy(src: Path, tmp_path: Path) -> Path:
-    """A copy of a workflow folder, results and Snakemake's records included."""
-    dst = tmp_path / "wf"
-    shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy2)
-    return dst
 
 
 @pytest.fixture
@@ -99,7 +97,7 @@ def comment_edit(path: Path) -> None:
 
 @pytest.mark.parametrize("path", ["src/arrepro/train/loop.py", "src/arrepro/models/backbone.py", "src/arrepro/models/ops.py",
                                   "src/arrepro/models/mixers/attention.py", "src/arrepro/report/plots.py",
-                                  "src/arrepro/report/aggregate.py", "src/arrepro/data/mqar.py", "src/arrepro/search/protocol.py",
+                                  "src/arrepro/report/aggregate.py", "src/arrepro/data/mqar.py", "src/arrepro/search/protocol/decision.py",
                                   "src/arrepro/search/rounds.py"])
 def test_a_comment_or_docstring_edit_reruns_nothing(wd, path):
     comment_edit(wd / path)
@@ -122,19 +120,20 @@ def test_editing_a_model_file_reruns_its_cells_only(wd):
 
 
 def move_lr_schedule(wd: Path) -> Path:
-    """A refactor: ``lr_at`` (and the schedules it names) moved from train/loop.py to a new module
-    that loop.py imports (the cell's sources follow the import: arrepro.config.catalogue)."""
+    """A refactor: ``lr_at`` moved from train/loop.py to a new module that loop.py imports (the
+    cell's sources follow the import: arrepro.config.catalogue)."""
     train = wd / "src/arrepro/train/loop.py"
     text = train.read_text()
-    start = text.index("SCHEDULE_STEPS = ")
-    body_start, body_end = text.index("def lr_at("), text.index("\ndef ", text.index("def lr_at(") + 1)
-    moved = text[start:text.index("\n\n", start)] + "\n\n\n" + text[body_start:body_end].rstrip() + "\n"
-    rest = text[:start] + text[text.index("\n\n", start) + 2:body_start] + text[body_end + 1:]
+    body_start = text.index("def lr_at(")
+    body_end = text.index("\n\n\n", body_start)  # the next top-level statement follows two blank lines
+    moved = text[body_start:body_end].rstrip() + "\n"
+    rest = text[:body_start] + text[body_end + 3:]
     anchor = "from arrepro.train.checkpoint import"
     assert anchor in rest
-    rest = rest.replace(anchor, "from arrepro.train.schedule import SCHEDULE_STEPS, SCHEDULES, lr_at\n" + anchor, 1)
+    rest = rest.replace(anchor, "from arrepro.train.schedule import lr_at\n" + anchor, 1)
     schedule = wd / "src/arrepro/train/schedule.py"
-    schedule.write_text('"""Learning-rate schedules."""\nimport math\n\n' + moved)
+    schedule.write_text('"""Learning-rate schedules."""\nimport math\n\nfrom arrepro.train.prepare import SCHEDULES\n\n\n'
+                        + moved)
     train.write_text(rest)
     return schedule
 
@@ -208,6 +207,28 @@ def test_editing_plotting_code_reruns_only_the_figures(wd):
     with open(wd / "src/arrepro/report/plots.py", "a") as f:
         f.write(CODE_EDIT)
     assert planned(wd) == {"figure": 2}  # fig1 and fig2
+
+
+def test_a_name_rebound_with_as_reruns_the_figures(wd):
+    """Issue 38: ``lr_label`` rebound to another function (``tex_lr as lr_label``) changed no
+    digest: `snakemake all` had nothing to do and a forced run drew other figures."""
+    plots = wd / "src/arrepro/report/plots.py"
+    old = "from arrepro.report.tex import fmt_count, lr_label"
+    assert old in plots.read_text()
+    plots.write_text(plots.read_text().replace(old, "from arrepro.report.tex import fmt_count, tex_lr as lr_label"))
+    assert planned(wd) == {"figure": 2}
+
+
+def test_a_pure_move_and_an_edit_of_an_untrained_mixer_rerun_no_paper_job(wd):
+    """Issue 38: ``_pm`` moved from report/tables.py to report/tex.py reran two figures and
+    paper_numbers (and so the paper); a real edit of the Mamba mixer reran the tiny paper, which
+    trains no Mamba. Neither plans a job now."""
+    from test_rule_sources import move_pm
+
+    move_pm(wd)
+    with open(wd / "src/arrepro/models/mixers/mamba.py", "a") as f:
+        f.write(CODE_EDIT)
+    assert planned(wd, targets=[*TARGETS, NUMBERS]) == {}
 
 
 def rerun_on_their_own(wd: Path, rules) -> set[str]:
@@ -466,7 +487,7 @@ def test_an_interrupted_search_resumes_without_redoing_finished_rounds_and_decid
 
 
 def test_editing_the_search_code_reruns_its_rounds_not_its_cells(wd):
-    with open(wd / "src/arrepro/search/protocol.py", "a") as f:
+    with open(wd / "src/arrepro/search/protocol/decision.py", "a") as f:
         f.write(CODE_EDIT)
     jobs = planned(wd)
     assert "train" not in jobs and jobs["search_round"] >= 1

@@ -7,14 +7,24 @@ signature and the code generation, never by the file's path or time, so the chec
 kernels are valid in a copy of the same files and are copied with them; a kernel edited in the
 copy misses the cache and compiles as ever. The checkout's cache is filled once per test session
 (``warm_kernel_cache``: the training server's warm-up, which compiles every kernel variant a cell
-uses, in a process of its own, one worker at a time)."""
+uses, in a process of its own, one worker at a time).
+
+A finished run of the tiny scale is built once per test session and shared (``finished_run``):
+the tests that only read one, or edit a copy of one, used to run the workflow from nothing in
+each test file (a minute of CPU or more each). With pytest-xdist each worker runs a session
+fixture itself, so the run is built in the session's own temporary folder, which both workers'
+folders are inside, under a file lock: the first worker to ask builds it, the other waits and
+finds it. Nothing runs in the shared folder after it is built: each test module (or test)
+takes its own copy (``private_copy``)."""
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = Path("src/arrepro/models/cpu_kernels/__pycache__")
@@ -55,3 +65,33 @@ def copy_workflow(dst: Path, whole: bool = False) -> Path:
                 shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns(*IGNORED))
     shutil.copytree(ROOT / KERNELS, dst / KERNELS, ignore=shutil.ignore_patterns("*.pyc"))
     return dst
+
+
+def private_copy(src: Path, tmp_path: Path) -> Path:
+    """A copy of a workflow folder, results and Snakemake's records included (``tmp_path``/wf)."""
+    dst = tmp_path / "wf"
+    shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy2)
+    return dst
+
+
+def session_folder(tmp_path_factory) -> Path:
+    """A folder every pytest-xdist worker of this test session sees: the session's base temporary
+    folder (each worker's own is inside it, xdist's ``popen-gwN``); without xdist, the session's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def finished_run(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``build`` makes (a workflow copy run to its end), built once per
+    test session for every module and worker that asks: the first builds it under a file lock,
+    the others wait for the lock and find it done (a failed build is tried again by the next).
+    Read it or copy it (``private_copy``): never run anything in it."""
+    root = session_folder(tmp_path_factory)
+    wd, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(wd, ignore_errors=True)
+            build(wd)
+            done.touch()
+    return wd

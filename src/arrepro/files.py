@@ -141,7 +141,7 @@ def job_log(sm):
     refused = None
     with open(sm.log[0], "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         print(f"rule {sm.rule}{dict(sm.wildcards.items()) or ''}: {len(sm.input)} input file(s)", flush=True)
-        from arrepro.digest import CodeChanged, check_planned_code
+        from arrepro.planned import CodeChanged, check_planned_code
 
         try:
             code = getattr(sm.params, "code", None)

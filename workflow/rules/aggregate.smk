@@ -9,7 +9,9 @@ rule aggregate:
     input:
         # the last plan of each group the experiment's searches run in, and every cell they trained
         plans=lambda wc: [Plan.path(OUT, g, SEARCHES.final_round(g)) for g in SEARCHES.experiment_groups(wc.exp)],
-        results=lambda wc: cell_results(searched_cells(wc.exp)),
+        # with `cover`: the settings at chance at their rivals' best rates (workflow/rules/cover.smk)
+        cover=lambda wc: [cover_path(wc.exp)] if wc.exp in COVERED else [],
+        results=lambda wc: cell_results(searched_cells(wc.exp) + covered_cells(wc.exp)),
     params:
         code=script_code("scripts/aggregate.py"),
         series=lambda wc: SEARCHES.experiment_series(wc.exp),

@@ -10,17 +10,18 @@ from snakemake.exceptions import WorkflowError
 from arrepro.cluster import internals, packs
 from arrepro.config import costs  # wall time, memory and group of a cell
 from arrepro.search.plans import Plan
-from arrepro.search import protocol_check
+from arrepro.search import cover, protocol_check
 from arrepro.search.rounds import Searches, round_cells, search_cells
 from arrepro.report import blocks
 from arrepro.train import runfile
-from arrepro.digest import record_planned, source_digest
+from arrepro.digest import source_digest
+from arrepro.planned import record_planned
 from arrepro.config.catalogue import script_sources, train_sources
 from arrepro.config.cellfiles import METRICS, RESULT
 from arrepro.config.checks import load_grid
-from arrepro.config.grid import CELL_PATTERN, ConfigError, identity, one_of
+from arrepro.config.grid import CELL_PATTERN, ConfigError, Setting, identity, one_of
 from arrepro.config.paths import data_dir, data_files
-from arrepro.cluster.preflight import config_error
+from arrepro.cluster.configfile import config_error
 
 try:
     GRID = load_grid(config)
@@ -37,6 +38,7 @@ OUT = GRID.out  # results/{scale}: this scale's figures, tables, paper and logs
 EXPERIMENTS = list(GRID.experiments)
 FIGURES = [e for e in EXPERIMENTS if "plot" in GRID.experiments[e]]
 TABLES = [e for e in EXPERIMENTS if "table" in GRID.experiments[e]]
+COVERED = [e for e in EXPERIMENTS if GRID.experiments[e].get("cover", 0)]  # (workflow/rules/cover.smk)
 # the paper's Figs. 8-10 (arrepro.report.blocks): the Mamba blocks this scale trains, drawn from their modules
 BLOCK_SPECS = blocks.specs(GRID)
 BLOCK_FIGURE = [f"{OUT}/{blocks.FIGURE}.{x}" for x in ("pdf", "png")] if BLOCK_SPECS else []
@@ -48,7 +50,7 @@ def code(*paths):
     """A digest of these source files' code (comments, docstrings, formatting ignored). Rules
     record it as a param instead of declaring the files as inputs: Snakemake reruns a job when
     its params change, so a comment edit reruns nothing and a code edit exactly its jobs. The
-    jobs check that their code still has this digest when they start (arrepro.digest:
+    jobs check that their code still has this digest when they start (arrepro.planned:
     record_planned, check_planned_code): an edit while the workflow runs stops them."""
     digest = source_digest(paths, ROOT)
     record_planned(paths, digest, ROOT)
@@ -79,8 +81,34 @@ def train_code(mixer):
 
 def missing_cell_files():
     """The result and metrics files that do not exist now of the cells of experiments whose tables
-    do (arrepro.search.rounds.Searches.missing_cell_files)."""
-    return SEARCHES.missing_cell_files([e for e in EXPERIMENTS if all(os.path.exists(f) for f in GRID.tables(e))])
+    do (arrepro.search.rounds.Searches.missing_cell_files), their covers' cells included."""
+    done = [e for e in EXPERIMENTS if all(os.path.exists(f) for f in GRID.tables(e))]
+    covered = []
+    for e in done:
+        path = cover_path(e)
+        if e in COVERED and os.path.exists(path):
+            try:
+                covered += cells_of_cover(path)
+            except ValueError:
+                pass  # a damaged cover file: its job reruns, and its cells with it
+    files = (f"{c.path}/{name}" for c in covered for name in (RESULT, METRICS))
+    return SEARCHES.missing_cell_files(done) + [f for f in files if not os.path.exists(f)]
+
+
+def cover_path(exp):
+    return f"{OUT}/searches/cover/{exp}.json"
+
+
+def cells_of_cover(path):
+    covers, settings = cover.read(path)
+    return cover.cells(covers, {k: Setting(**v) for k, v in settings.items()})
+
+
+def covered_cells(exp):
+    """The cells an experiment's cover adds (none without ``cover``); waits for its checkpoint."""
+    if exp not in COVERED:
+        return []
+    return cells_of_cover(checkpoints.cover.get(exp=exp).output.plan)
 
 
 def missing_final_plans():

@@ -1,4 +1,4 @@
-# Stage 2b: the learning-rate search (src/arrepro/search/protocol.py: the protocol; src/arrepro/search/rounds.py:
+# Stage 2b: the learning-rate search (src/arrepro/search/protocol/: the protocol; src/arrepro/search/rounds.py:
 # its rounds as files). Round 0 of every search is known from the config; round r >= 1 of a group
 # of settings of similar cost is decided by ONE checkpoint job from the results of the group's
 # earlier cells, and Snakemake then plans the round's cells. The group's last round adds no cell:

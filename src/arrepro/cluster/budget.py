@@ -11,6 +11,7 @@ import math
 from arrepro.config.costs import CELL_FILE_BYTES, CHECKPOINT_BYTES_PER_PARAMETER, EPOCH_FILE_BYTES, SHARE_SLOWDOWN, WEIGHTS_BYTES_PER_PARAMETER, _size, cells_per_gpu_of, estimate_seconds, group, group_components, mem_mb, parameters, runtime_min, setting_spec, sharing
 from arrepro.config.catalogue import ROOT
 from arrepro.config.checks import load_grid
+from arrepro.search.cover import max_cells as cover_max_cells
 from arrepro.search.rounds import Searches, search_cells, start_round
 from arrepro.cluster.packs import packs
 
@@ -106,6 +107,21 @@ def protocol_plan(grid, cells_per_gpu: int = 1, protocol: str | None = None) -> 
         max_cells += n
         est_max += est * n
         req_max += req * n
+    # the covers (arrepro.search.cover): in an experiment with `cover: N`, each setting at most N
+    # learning rates on its seeds, at its own cost (every setting at chance: a bound, not a forecast)
+    cover_cells = cover_est = cover_req = 0.0
+    for exp, e in grid.experiments.items():
+        for s in dict.fromkeys(s for _, s in searches.of_experiment(exp)) if e.get("cover", 0) else ():
+            spec, n = setting_spec(grid, s.setting), cover_max_cells([len(s.spec.seeds)], e["cover"])
+            cover_cells += n
+            cover_est += n * estimate_seconds(spec) / 3600
+            cover_req += n * runtime_min(spec, 1, cells_per_gpu) / 60
+    if cover_cells:
+        kinds["cover (settings at chance at their rivals' best rates)"] = {
+            "settings": 0, "cells_round0": 0, "cells_max": int(cover_cells), f"{h}_estimated_max": cover_est}
+        max_cells += cover_cells
+        est_max += cover_est
+        req_max += cover_req
     shared = sum(r0_cells.values()) - r0["cells"]  # round-0 cells two searches share, counted once
     est_key, req_key = ("estimated_gpu_hours", "gpu_hours") if u == "GPU" else ("estimated_cpu_hours", "cpu_hours")
     return {"scale": grid.scale_name, "unit": u, "protocol": searches.protocol, "searches": len(searches.searches),

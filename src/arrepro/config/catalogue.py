@@ -1,7 +1,7 @@
 """What code defines what, read without importing torch (the Snakefile and the config checks
 use it): the sequence mixers on disk, each mixer's constructor arguments and declared
 requirements (read with ``ast``), and the source files of each rule (its script and the modules
-of this package the script imports: ``script_sources``), of a cell of a mixer and of a dataset,
+of this package its job loads: ``script_sources``), of a cell of a mixer and of a dataset,
 whose code digests decide reruns and checkpoints."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from arrepro.config.paths import PACKAGE_ROOT, REPO_ROOT
-from arrepro.digest import PACKAGE, imports
+from arrepro.digest import PACKAGE, parse, reached
 
 ROOT = REPO_ROOT
 MIXERS_DIR = PACKAGE_ROOT / "models" / "mixers"
@@ -37,11 +37,14 @@ DATA_SCRIPT = "scripts/make_data.py"
 
 def script_sources(script: str, root: str | Path = ".") -> list[str]:
     """The files whose code a rule running ``script`` (relative to the repository ``root``)
-    depends on: the script and every module of this package it imports, at the top of a file or
-    inside a function, directly or through another module of the package, with the package
-    ``__init__`` files that importing them runs (read with ``ast``; nothing is imported). Rules
-    record the code digest of these files as a param (Snakemake does not track imported modules),
-    so a code edit of a module reruns exactly the rules whose scripts import it."""
+    depends on: the script and every module of this package its job loads, with the package
+    ``__init__`` files that importing them runs (read with ``ast``; nothing is imported): what the
+    script imports, at the top of a file or inside a function, directly or through another module
+    of the package, where the code that imports it can run (``arrepro.digest.reached``: the
+    imports at the top of every module loaded, and those inside the statements of a loaded module
+    that its job can run; an import inside a function that nothing the job runs names, loads
+    nothing). Rules record the code digest of these files as a param (Snakemake does not track
+    imported modules), so a code edit of a module reruns exactly the rules whose jobs load it."""
     return list(_sources(str(root), ((script, None),)))
 
 
@@ -55,13 +58,13 @@ def _module_file(root: str, module: str) -> str | None:
     return None
 
 
-def _imported(root: str, rel: str, module: str | None) -> set[str]:
-    """This package's modules (dotted names, and names that may be modules) that the file
-    ``rel`` imports anywhere (``digest.imports``); ``module``: its own dotted name (None for a
-    script)."""
+def _imported(rel: str, module: str | None, found) -> set[str]:
+    """This package's modules (dotted names, and names that may be modules) that the imports
+    ``found`` of the file ``rel`` name (as ``digest.imports`` writes them); ``module``: its own
+    dotted name (None for a script)."""
     package = module if rel.endswith("__init__.py") else (module or "").rpartition(".")[0]
     names: set[str] = set()
-    for level, base, imported in imports(os.path.join(root, rel)):
+    for level, base, imported in found:
         if level:  # relative: from the file's own package
             parts = package.split(".") if package else []
             if level - 1 >= len(parts):
@@ -72,25 +75,39 @@ def _imported(root: str, rel: str, module: str | None) -> set[str]:
     return {n for n in names if n == PACKAGE or n.startswith(PACKAGE + ".")}
 
 
+def _load(root: str, names, seen: set[str]) -> list[tuple[str, str]]:
+    """The files of the modules ``names`` not looked up before (``seen``), with their packages:
+    importing a.b.c runs a/__init__ and a/b/__init__ first."""
+    out = []
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            dotted = ".".join(parts[:i])
+            if dotted not in seen:
+                seen.add(dotted)
+                f = _module_file(root, dotted)
+                if f is not None:
+                    out.append((f, dotted))
+    return out
+
+
 def _sources(root: str, starts: tuple[tuple[str, str | None], ...]) -> tuple[str, ...]:
-    """The files ``starts`` (file, its dotted module name or None) are and transitively import."""
+    """The files ``starts`` (file, its dotted module name or None) are and load: the imports at
+    the top of each file loaded (they run when it loads), then those inside what its job can run
+    (``reached``), until nothing more loads."""
     files: dict[str, str | None] = {}
     seen: set[str] = set()  # dotted names looked up
     todo = list(starts)
     while todo:
-        rel, module = todo.pop()
-        if rel in files:
-            continue
-        files[rel] = module
-        for name in _imported(root, rel, module) | ({module} if module else set()):  # a start's packages too
-            parts = name.split(".")
-            for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ first
-                dotted = ".".join(parts[:i])
-                if dotted not in seen:
-                    seen.add(dotted)
-                    f = _module_file(root, dotted)
-                    if f is not None:
-                        todo.append((f, dotted))
+        while todo:
+            rel, module = todo.pop()
+            if rel in files:
+                continue
+            files[rel] = module
+            top = _imported(rel, module, parse(os.path.join(root, rel)).top_imports)
+            todo += _load(root, top | ({module} if module else set()), seen)  # a start's packages too
+        for rel, units in reached(list(files), root).items():
+            todo += _load(root, _imported(rel, files[rel], [i for u in units for i in u.imports]), seen)
     return tuple(sorted(files))
 
 

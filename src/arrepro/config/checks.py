@@ -8,9 +8,10 @@ import math
 import posixpath
 import re
 
-from arrepro.config.cards import CardError, cards
+from arrepro.config.cards import CardError, cards, distinct_labels
 from arrepro.config.catalogue import NO_DEFAULT, ROOT, mixer_arguments, mixer_names, mixer_signature
 from arrepro.config.constraints import names_in, unmet
+from arrepro.config.lookahead import layer_lookahead, lookahead_problem
 from arrepro.data import task_seq_len, task_spec
 from arrepro.config.grid import ConfigError, Grid
 from arrepro.config.paths import data_dir
@@ -82,12 +83,12 @@ NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def lr_lists(config: dict):
-    """(key, list) of every learning-rate list in ``config``: lr_grids, each search's start and
-    range, each grid's lrs and each experiment's reference_lrs (a name of an lr grid is no list)."""
+    """(key, list) of every learning-rate list in ``config``: lr_grids, each search's start,
+    range and scan_range, each grid's lrs and each experiment's reference_lrs (a name of an lr grid is no list)."""
     for name, lrs in (config.get("lr_grids") or {}).items():
         yield f"lr_grids.{name}", lrs
     for name, s in (config.get("lr_searches") or {}).items():
-        for k in ("start", "range"):
+        for k in ("start", "range", "scan_range"):
             if isinstance(s, dict) and k in s:
                 yield f"lr_searches.{name}.{k}", s[k]
     for scale, sc in (config.get("scales") or {}).items():
@@ -121,7 +122,7 @@ def check_lr_lists(config: dict) -> None:
             if x <= 0:
                 what = "trains nothing" if x == 0 else "would climb the loss"
                 raise ConfigError(f"{key}[{i}]: {x:g} is not a learning rate: it {what}; a learning rate is > 0")
-        if key.endswith(".range") and (len(lrs) != 2 or not lrs[0] < lrs[1]):
+        if key.endswith((".range", ".scan_range")) and (len(lrs) != 2 or not lrs[0] < lrs[1]):
             raise ConfigError(f"{key}: {lrs} is not a range; give [lo, hi] with lo < hi")
 
 
@@ -134,10 +135,12 @@ def check_grid(grid) -> None:
     check_text(grid.config)
     on_disk = mixer_names()
     root = str(ROOT)
-    try:  # every model's card (the schema checks its fields; here what it names)
+    try:  # every model's card (the schema checks its fields; here what it names), one label a model where they meet
         cards(grid.models)
-    except CardError as e:
-        raise ConfigError(str(e)) from None
+        for exp in grid.experiments:
+            distinct_labels(grid.models, grid.experiment_models(exp), f"scales.{grid.scale_name}.experiments.{exp}")
+    except CardError as e:  # the key first (arrepro.cluster.configfile.config_error names the file)
+        raise ConfigError(f"{e.key}: {e.problem}") from None
     for name, m in grid.models.items():
         if on_disk is not None and m["mixer"] not in on_disk:
             raise ConfigError(f"models.{name}.mixer: unknown mixer {m['mixer']!r}; known: {sorted(on_disk)}")
@@ -212,26 +215,14 @@ def _check_models(grid, root: str | None) -> None:
                 if problem:
                     raise ConfigError(f"{where}.widths: model {m!r} at width {w}, {nl} layer(s): {problem}")
 
-# MQAR's queries sit at even positions 2K + 2g and every odd position after the context is filler,
-# so the step after a query is never its answer (nor any key or value): a model that sees this many
-# steps ahead (attention's centred conv, kernel 3, one layer) still cannot see what it predicts.
-# Two steps ahead may be the next query's key, which tells which value the answer is not: a leak.
-# (Here, not in arrepro.data.mqar: a data module's code is in every cell's fingerprint.)
-BLIND_LOOKAHEAD = 1
-
-
 def _check_lookahead(grid, where: str, task: str, model: str, layers: int, values: dict) -> None:
-    """A model that sees future steps (attention's ``conv_mode: centred``, (conv_size - 1) / 2 a
-    layer) is fair only where the steps it sees past a scored position never hold the answer:
-    MQAR, within ``BLIND_LOOKAHEAD`` steps (tests/test_centred_conv.py). Refused elsewhere."""
-    if values.get("conv_mode", "causal") != "centred":
-        return
-    ahead = int(layers) * ((int(values.get("conv_size", 3)) - 1) // 2)
-    kind = grid.scale["tasks"][task].get("kind")
-    if kind != "mqar" or ahead > BLIND_LOOKAHEAD:
-        raise ConfigError(f"{where}: model {model!r} (a centred conv) at {layers} layer(s) sees {ahead} step(s) ahead on "
-                          f"task {task!r} ({kind}): a prediction could see its own answer; centred convs are fair on MQAR "
-                          f"only, at most {BLIND_LOOKAHEAD} step(s) ahead in all")
+    """A model that sees future steps (attention's centred conv) is fair only where the steps it
+    sees past a scored position never hold the answer (arrepro.config.lookahead, the rule's one
+    home, which the trainer applies too). Refused elsewhere, naming the grid."""
+    ahead = int(layers) * layer_lookahead(values)
+    problem = lookahead_problem(ahead, grid.scale["tasks"][task].get("kind"))
+    if problem:
+        raise ConfigError(f"{where}: model {model!r} (a centred conv) at {layers} layer(s) on task {task!r} {problem}")
 
 
 def _check_paths(grid) -> None:

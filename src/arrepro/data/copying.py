@@ -100,7 +100,7 @@ def generate_copy(spec: CopySpec, n: int, seed) -> dict[str, np.ndarray]:
 
 
 def generate_packed(spec: CopySpec, n: int, seed) -> dict[str, np.ndarray]:
-    """``n`` rows of ``spec.context_len`` tokens, each examples ``$ s | s .`` back to back (lengths
+    """``n`` rows of ``CopySpec.context_len`` tokens, each examples ``$ s | s .`` back to back (lengths
     uniform in [min_len, max_len]); the copies and EOS of whole examples are scored, the example
     cut off at the row's end is not."""
     spec.validate()

@@ -4,7 +4,7 @@ A sequence mixer is an ``nn.Module`` built as ``Mixer(d_model, max_len=..., **hp
 ``forward(x)`` maps ``(batch, length, d_model)`` to the same shape **causally** (output at t
 depends on inputs at positions <= t only), unless built to see ahead: then its ``lookahead``
 attribute says how many steps (attention's centred conv, ``conv_mode: centred``; where that is
-fair: arrepro.config.checks, tests/test_centred_conv.py). Each mixer lives in one file under
+fair: arrepro.config.lookahead, tests/test_centred_conv.py). Each mixer lives in one file under
 ``arrepro/models/mixers/`` and offers, side by side:
 
 * ``forward_portable(x)`` -- pure PyTorch, vectorised or chunked, fast enough on a CPU;

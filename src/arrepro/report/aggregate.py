@@ -23,7 +23,7 @@ from arrepro.config.cellfiles import RESULT, read_result
 from arrepro.files import read_table, write_table
 from arrepro.data import task_seq_len
 from arrepro.config.grid import Setting
-from arrepro.search import protocol
+from arrepro.search import cover, protocol
 from arrepro.search.plans import Plan
 from arrepro.search.rounds import window_dict
 from arrepro.search.thresholds import GOOD
@@ -33,7 +33,7 @@ GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "l
 WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried"]
 # the columns every reader of the tables relies on, each with a value on every row (read_*_table)
 CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters", "pinned"]
-BEST_NOT_NULL = GROUP + ["metric", "best_lr", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
+BEST_NOT_NULL = GROUP + ["metric", "best_lr", "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
                          "outcome", "window_status", "candidates", "n_candidates", "seeds", "n_cells", "n_contenders", "contender_bound"]
 
 
@@ -116,17 +116,23 @@ def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: floa
     return pd.DataFrame(rows).sort_values(GROUP).reset_index(drop=True)
 
 
-def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_csv, task_names: dict | None = None) -> None:
+def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_csv, task_names: dict | None = None,
+                 cover_file: str | None = None) -> None:
     """An experiment's cells table (every cell of its searches, one row per series it is in) and
     best table (one row per series and search: the search's chosen learning rate). ``series``:
     [{"series": name, "searches": [search key, ...]}]; ``plan_paths``: the last plans of the
-    searches' groups (arrepro.search.plans.Plan); ``task_names``: task id -> this scale's name."""
+    searches' groups (arrepro.search.plans.Plan); ``task_names``: task id -> this scale's name;
+    ``cover_file``: the experiment's cover file (arrepro.search.cover), whose learning rates, each
+    trained on every reported seed, join their settings' candidates (column ``cover``)."""
     entries, rounds = {}, {}
     for p in plan_paths:
         plan = Plan.read(p)
         for key, entry in plan.searches.items():
             entries[key] = entry
             rounds[key] = plan.rounds(key)
+    covered: dict[str, list[tuple[float, int]]] = {}
+    for c in (cover.read(cover_file)[0] if cover_file else []):
+        covered.setdefault(c.search, []).extend((c.lr, s) for s in c.seeds)
     results: dict[str, dict] = {}
     cell_parts, best_rows = [], []
     for s in series:
@@ -134,7 +140,9 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             if key not in entries:
                 raise ValueError(f"search {key} of series {s['series']!r} is in none of the plans {list(plan_paths)}")
             entry, setting = entries[key], Setting(**entries[key]["setting"])
-            paths = [f"{setting.cell(lr, seed).path}/{RESULT}" for lr, seed in protocol.cells_of(rounds[key])]
+            extra = covered.get(key, [])
+            paths = [f"{setting.cell(lr, seed).path}/{RESULT}"
+                     for lr, seed in dict.fromkeys(protocol.cells_of(rounds[key]) + extra)]
             missing = [p for p in paths if p not in results]
             if missing:
                 df = load_results(missing, task_names)
@@ -147,9 +155,15 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             points = dict(map(tuple, state["points"]))
             seeds = entry["spec"]["seeds"]
             bound = contender_bound(state, len(seeds))
+            chosen = state["chosen_lr"]
+            cover_lrs = sorted({lr for lr, _ in extra})
+            if cover_lrs:  # each on every reported seed: a candidate like the search's own
+                acc = g.assign(acc=_accuracy(g, metric))
+                points |= {lr: float(acc.loc[(acc["lr"] - lr).abs() <= 1e-12 * lr, "acc"].mean()) for lr in cover_lrs}
+                chosen = protocol.best(points)
             best_rows.append(_row(g, metric, {**_points_decision(points, key, state["outcome"], state["window"], seeds),
-                                              "chosen": state["chosen_lr"], "contenders": len(state["contenders"]),
-                                              "contender_bound": bound}))
+                                              "chosen": chosen, "contenders": len(state["contenders"]),
+                                              "contender_bound": bound}) | {"cover": _lr_list(cover_lrs)})
     cells = pd.concat(cell_parts, ignore_index=True)
     write_table(cells[["series"] + [c for c in cells.columns if c != "series"]], cells_csv)
     write_table(pd.DataFrame(best_rows).sort_values(GROUP).reset_index(drop=True), best_csv)

@@ -75,7 +75,7 @@ def specs(grid) -> dict[str, dict]:
 def build(spec: dict):
     """The model a cell of ``spec`` trains (arrepro.train.loop.build_model), on the CPU."""
     from arrepro.data import task_seq_len
-    from arrepro.train.loop import build_model
+    from arrepro.train.prepare import build_model
 
     task = spec["task_def"]
     return build_model(spec, task["vocab_size"], task_seq_len(task))

@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from arrepro.report.tex import fmt_count, lr_label  # noqa: E402
+from arrepro.search.thresholds import GOOD  # noqa: E402
 
 # Series styles by role (the paper's Fig. 2: this work solid, the replication dotted). The
 # replication's cells are often the search's own (its coarse grid inside the search's), so its
@@ -147,7 +148,12 @@ def lr_ticks(lrs) -> tuple[list[float], list[float]]:
     return sorted(major), minor
 
 
-def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", reference_lrs=(), **_):
+def card_label(model: str, cards: dict | None) -> str:
+    """A model's line in a legend: its card's label (the model's name where no card is given)."""
+    return literal(cards[model].label) if cards and model in cards else literal(model)
+
+
+def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", reference_lrs=(), cards=None, **_):
     """Accuracy vs learning rate (seeds' mean, max-min bars), one panel per (task, width,
     layers), at the learning rates each model's search tried; a ring marks the one it chose
     (the best table's); Zoology's 4-point grid as dashed vertical lines."""
@@ -165,7 +171,7 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
         for model, g in sub.groupby("model", sort=False):
             g = g.sort_values("lr")
             ax.errorbar(g["lr"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]], color=colors[model],
-                        marker="o", ms=4, lw=1.6, capsize=3, label=model)
+                        marker="o", ms=4, lw=1.6, capsize=3, label=card_label(model, cards))
             chosen = best[(best["model"] == model) & (best["seq_len"] == p["seq_len"]) & (best["width"] == p["width"])
                           & (best["layers"] == p["layers"]) & (best["series"] == g["series"].iloc[0])]
             for lr in chosen["best_lr"]:
@@ -174,6 +180,7 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
                     ax.plot(lr, at["mean"].iloc[0], marker="o", ms=11, mfc="none", mec=colors[model], mew=1.4, zorder=4)
         for lr in reference_lrs:
             ax.axvline(lr, color="0.4", ls="--", lw=0.9, zorder=0)
+        ax.axhline(GOOD, color="0.55", ls=":", lw=1.0, zorder=0)  # a window: the rates whose mean reaches it
         ax.set_xscale("log")
         major, minor = lr_ticks(per_lr["lr"])
         ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(major))
@@ -190,6 +197,8 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
     handles, names = _legend_entries(axes[0])
     handles.append(plt.Line2D([], [], color="0.3", marker="o", ms=11, mfc="none", ls="none"))
     names.append("learning rate reported (the best candidate)")
+    handles.append(plt.Line2D([], [], color="0.55", ls=":"))
+    names.append(f"good ({GOOD:g}): a window's learning rates reach it")
     if reference_lrs:
         handles.append(plt.Line2D([], [], color="0.4", ls="--"))
         names.append("coarse (Zoology-style) LR grid")
@@ -197,7 +206,7 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
     _finish(fig, title, scale, paths)
 
 
-def params_figure(best, cells, title, scale, paths, **_):
+def params_figure(best, cells, title, scale, paths, cards=None, **_):
     """Fig. 4: accuracy vs parameter count; marker = scaling axis (series), colour = model."""
     sns.set_theme(style="whitegrid", context="paper")
     models = list(dict.fromkeys(best["model"]))
@@ -208,7 +217,7 @@ def params_figure(best, cells, title, scale, paths, **_):
         g = g.sort_values("parameters")
         ax.errorbar(g["parameters"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]],
                     color=colors[model], marker=markers[series], ms=5, lw=1.4, capsize=3,
-                    ls="-" if series == list(markers)[0] else "--", label=f"{model}, {series}")
+                    ls="-" if series == list(markers)[0] else "--", label=f"{card_label(model, cards)}, {series}")
     ax.set_xscale("log")
     ax.margins(x=0.15)  # room for the labels of the outermost points
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: fmt_count(x)))
@@ -269,7 +278,7 @@ def place_labels(fig, ax, points, clear: float = 2.0, fontsize: float = 6.5) -> 
         obstacles.append((best[2].x0, best[2].y0, best[2].x1, best[2].y1))
 
 
-def dynamics_figure(best, cells, title, scale, paths, metrics=None, solve_at=0.9, **_):
+def dynamics_figure(best, cells, title, scale, paths, metrics=None, solve_at=0.9, cards=None, **_):
     """Fig. 6: per-epoch train (faint) and test loss, and test accuracy, of each model at its
     best LR; for each model the smallest width whose best accuracy reaches ``solve_at``, or
     else the largest width tried (named in brackets). Curves: mean over seeds."""
@@ -284,7 +293,7 @@ def dynamics_figure(best, cells, title, scale, paths, metrics=None, solve_at=0.9
         sel = cells[(cells["model"] == model) & (cells["width"] == row["width"]) & (cells["lr"] == row["best_lr"])]
         curves = pd.concat([metrics[d].assign(seed=s) for d, s in zip(sel["cell_dir"], sel["seed"])])
         mean = curves.groupby("epoch")[["train_loss", "test_loss", "test_accuracy"]].mean()
-        label = f"{model} [{row['width']}], lr {row['best_lr']:.3g}"
+        label = f"{card_label(model, cards)} [{row['width']}], lr {row['best_lr']:.3g}"
         ax_loss.plot(mean.index, mean["train_loss"], color=colors[model], alpha=0.35, lw=1.4)
         ax_loss.plot(mean.index, mean["test_loss"], color=colors[model], lw=1.8, label=label)
         ax_acc.plot(mean.index, mean["test_accuracy"], color=colors[model], lw=1.8, label=label)

@@ -9,7 +9,7 @@ import pandas as pd
 from arrepro.config import defaults
 from arrepro.config.cards import cards as read_cards
 from arrepro.config.grid import is_replication
-from arrepro.report.claims import window_of
+from arrepro.report.claim_kinds import window_of
 from arrepro.search.thresholds import GOOD
 from arrepro.report.tex import fmt_int, pct_range, plural, points, tex_escape, tex_lr
 
@@ -301,7 +301,8 @@ def claims_summary(verdicts: list[str], n_claims: int) -> str:
 OUTCOMES = {"resolved": "a best resolved to the search's resolution, no learning rate left that could beat it",
             "contenders": "a best resolved, but learning rates the budget left that could still beat it (the tables "
             "count them and give the most they could reach)", "plateau": "a plateau at the top",
-            "range": "a best on a bound of the search's range", "budget": "a best still unresolved when the "
+            "closed": "a curve closed on both sides (beyond each edge, every seed below the learned threshold)",
+            "range": "a best, or a curve's edge, on a bound of the search's range", "budget": "a best still unresolved when the "
             "round budget ran out", "not learned": "no learning rate learned", "fixed": "a fixed grid"}
 
 

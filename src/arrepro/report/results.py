@@ -7,7 +7,7 @@ import pandas as pd
 
 from arrepro.config.cards import cards as read_cards
 from arrepro.config.grid import is_replication
-from arrepro.report.claims import window_of
+from arrepro.report.claim_kinds import window_of
 from arrepro.report.prose import of_total, rests_on, shape_text, window_rank, window_text
 from arrepro.report.tex import fmt_count, fmt_int, pct, pct_pm, pct_range, tex_lr
 from arrepro.search.thresholds import GOOD, chance_level

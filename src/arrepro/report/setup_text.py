@@ -128,6 +128,10 @@ def grid_lrs_text(g: dict, meta: dict) -> str:
     lo, hi = d.get("range", (min(start), max(start)))
     seeds = "every seed" if d["search_seeds"] == "all" else (
         "the first seed" if d["search_seeds"] == 1 else f"the first {d['search_seeds']} seeds")
+    if d.get("close"):
+        return (f"search \\emph{{{tex_escape(g['search'])}}}: {_lrs_text(start)} on {seeds}, each edge where a seed "
+                f"learned extended by the start grid's step until every seed there is below the learned threshold or "
+                f"the range ({tex_lr(lo)} to {tex_lr(hi)}) ends")
     if not d["rounds"]:
         return f"search \\emph{{{tex_escape(g['search'])}}}: {_lrs_text(start)} on {seeds}, no refinement"
     return (f"search \\emph{{{tex_escape(g['search'])}}}: start {_lrs_text(start)}, within {tex_lr(lo)} to "
@@ -152,7 +156,7 @@ def protocol_text(meta: dict) -> str:
                 "means, the middle one.")
     text = ("Every number reported is the paper's statistic (its Appendix~A.2): the best, over the learning "
             "rates, of the mean accuracy over every reported seed. Which learning rates compete is decided by a "
-            "deterministic search, one per setting, which the workflow runs in rounds (\\texttt{src/arrepro/search/protocol.py}; "
+            "deterministic search, one per setting, which the workflow runs in rounds (\\texttt{src/arrepro/search/protocol/}; "
             "every decision and its reason is written to a file). Round~0 trains a start grid on the seeds a search starts with. "
             "Then, for at most a given number of rounds, each adding at most a given number of learning rates: a best "
             "learning rate on the edge of what was tried extends the search outward by the start grid's step, never "
@@ -168,8 +172,13 @@ def protocol_text(meta: dict) -> str:
             "search seed and then on further seeds, in a fixed order that no score at chance chooses, before it goes "
             "on; without a scan, the next seed trains every learning rate tried. A setting is called ``not learned'' "
             "only when no cell of any seed learned. The reported learning rate is the candidate with the best mean over every "
-            "seed; curves of accuracy against learning rate train every seed at every learning rate they show. The "
-            "searches of this scale: ")
+            "seed; curves of accuracy against learning rate train every seed at every learning rate they show, and a "
+            "curve that \\emph{closes} its window extends each edge where a seed learned, a step a round, until every "
+            "seed there is below the learned threshold or the range ends. In an experiment with a \\emph{cover}, once "
+            "its searches are done, a setting at chance is also trained, on every seed, at the best learning rates (a "
+            "few at most) of the settings a claim compares it with that learned, and those rates join its "
+            "candidates: a failure counts as evidence only where the failing model was trained at the winner's own "
+            "learning rate. The searches of this scale: ")
     parts = []
     for n in names:
         d = searched({"search": n}, meta)
@@ -186,8 +195,9 @@ def protocol_text(meta: dict) -> str:
                 f"{tex_lr(d.get('scan_range', d.get('range', (0, 0)))[0])} to "
                 f"{tex_lr(d.get('scan_range', d.get('range', (0, 0)))[1])} on up to {plural(d['scan_seeds'], 'seed')}"
                 if d.get("scan") and d["rounds"] and d["search_seeds"] != "all" else "")
+        rounds = "its window closed" if d.get("close") else _rounds_text(d)
         parts.append(f"\\emph{{{tex_escape(n)}}}: start {start_txt}{rng}, resolution {d['resolution']:g} decades, "
-                     f"{_rounds_text(d)}{scan}, search on "
+                     f"{rounds}{scan}, search on "
                      f"{seeds}{ladder}{', window resolved' if d['window'] else ''}"
                      f"{f', at most {budget} cells{tiers}' if budget else ''}, plateau at {d['plateau']:g}")
     fixed = any(searched(g, meta) is None for g in grids)

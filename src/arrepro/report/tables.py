@@ -112,7 +112,7 @@ def lr_window(best: pd.DataFrame) -> pd.DataFrame:
     range its true edges can lie in, its width in decades (at least / at most), and why an edge is
     open ("range": the search range stops it; "edge": nothing tried beyond). No window where no
     learning rate reaches the good mark; "not learned" where none reaches the learned threshold."""
-    from arrepro.report.claims import window_of
+    from arrepro.report.claim_kinds import window_of
 
     rows = []
     for _, r in best.sort_values(["task_name", "seq_len", "model", "width", "layers"]).iterrows():

@@ -10,7 +10,8 @@ import pandas as pd
 
 from arrepro.config import defaults
 from arrepro.config.cards import cards as read_cards
-from arrepro.report.claims import CLAIMS, judge, rules_text
+from arrepro.report.claims import CLAIMS, judge
+from arrepro.report.verdicts import rules_text
 from arrepro.report.prose import (GOOD_TEXT, METRIC_NAMES, cap, claims_summary, join, model_name, models_text,
                                   numerics_text, outcome_text, rests_on_short, seeds_list, sentences)
 from arrepro.report.results import model_stats

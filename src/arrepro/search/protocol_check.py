@@ -2,7 +2,8 @@
 grid's statistic (``lr_protocol: grid``: each grid's ``lrs`` on every seed, the best mean) beside
 the search's (the best candidate's mean over every seed), with the cells each spent and the seed
 spread that a difference must exceed to mean anything (``make protocol-check``; docs/protocol.md quotes
-the demo's table).
+the demo's table). A search that falls short of the literal grid beyond the seed spread fails the
+check (``verdict``: ``make protocol-check`` then exits 1, naming each).
 
 Pure apart from reading cells and search files; no pandas needed beyond the table it writes.
 """
@@ -97,9 +98,28 @@ def markdown(rows: list[dict], task_names: dict | None = None) -> str:
                      f"{r['difference']:+.3f} | {'yes' if r['within_spread'] else 'no'} |")
     spent = sum(r["search_cells"] for r in rows), sum(r["grid_cells"] for r in rows)
     shared = sum(r.get("shared_cells", 0) for r in rows)
-    short = [r for r in rows if r["difference"] < 0 and not r["within_spread"]]
+    short = shortfalls(rows)
     grids = sorted({r["grid_lrs"] for r in rows})
     lines.append(f"\n{len(rows)} search{'' if len(rows) == 1 else 'es'}; cells: the searches {spent[0]}, the literal grid{'s' if len(grids) > 1 else ''} "
                  f"{spent[1]} ({shared} of them shared with the searches); the literal grid: "
                  f"{' | '.join(g.replace(';', ', ') for g in grids)}; shortfalls beyond the seed spread: {len(short)}")
     return "\n".join(lines)
+
+
+def shortfalls(rows: list[dict]) -> list[dict]:
+    """The rows whose search falls short of the literal grid by more than the seed spread."""
+    return [r for r in rows if r["difference"] < 0 and not r["within_spread"]]
+
+
+def verdict(rows: list[dict]) -> tuple[int, str]:
+    """The check's exit status and its line: 1 where a search falls short of the literal grid
+    beyond the seed spread (each named, with both statistics), else 0."""
+    short = shortfalls(rows)
+    if not short:
+        return 0, f"protocol check passed: no search of {len(rows)} falls short of the literal grid beyond the seed spread"
+    named = "; ".join(f"{r['model']} {r['layers']}x{r['width']} on {r['task']}: the search {r['search']:.3f} (lr "
+                      f"{r['search_lr']:.3g}), the literal grid {r['grid']:.3f} (lr {r['grid_lr']:.3g}), "
+                      f"{r['difference']:+.3f} beyond a spread of {max(r['search_spread'], r['grid_spread']):.3f}"
+                      for r in short)
+    return 1, f"protocol check failed: {len(short)} of {len(rows)} searches fall short of the literal grid beyond the seed spread: {named}"
+

@@ -37,7 +37,8 @@ from arrepro.config.costs import GROUP_TIERS, group, setting_spec
 from arrepro.config.grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, schema_defaults, short_hash
 from arrepro.files import UnreadableFile
 from arrepro.search.plans import Plan, write_report
-from arrepro.search.protocol import Round, SearchSpec, State, cells_of, decide, state_window
+from arrepro.search.protocol import Round, SearchSpec, SpecError, State, cells_of, decide, state_window
+from arrepro.search.protocol.spec import close_rounds
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 PROTOCOLS = ("search", "grid")
@@ -135,6 +136,8 @@ class Searches:
             raise ConfigError(f"{key}.tier_budget: unknown cost tier(s) {unknown}; known: {tiers}")
         try:
             return search_spec(d, start, seeds, learned, GOOD, self._tier(setting))
+        except SpecError as err:
+            raise ConfigError(f"{key}.{err.field}: {err.message} (used by {where})") from None
         except ValueError as err:
             raise ConfigError(f"{key}: {err} (used by {where})") from None
 
@@ -253,10 +256,13 @@ def search_spec(entry: dict, start, seeds, learned: float, good: float, tier: st
                 ladder.append((s, int(take)))
         ladder.append((len(seeds), int(d["ladder"][-1][1])))
     lo, hi = (float(x) for x in d.get("range", (min(start), max(start))))
-    return SearchSpec(tuple(sorted(float(x) for x in start)), lo, hi, float(d["resolution"]), int(d["rounds"]),
-                      int(d["per_round"]), search, seeds, bool(d["window"]), tuple(ladder), int(d["budget"]),
+    rounds, per_round = int(d["rounds"]), int(d["per_round"])
+    if d.get("close"):  # a curve closes its edges: a round per lattice step to the farther bound, both sides at once
+        rounds, per_round = close_rounds([float(x) for x in start], lo, hi, float(d["resolution"])), 2
+    return SearchSpec(tuple(sorted(float(x) for x in start)), lo, hi, float(d["resolution"]), rounds,
+                      per_round, search, seeds, bool(d["window"]), tuple(ladder), int(d["budget"]),
                       float(d["plateau"]), learned, good, float(d["scan"]), int(d["scan_seeds"]),
-                      tuple(float(x) for x in d.get("scan_range") or ()))
+                      tuple(float(x) for x in d.get("scan_range") or ()), bool(d.get("close", False)))
 
 
 def _core_key(spec: SearchSpec) -> str:

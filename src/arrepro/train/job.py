@@ -99,9 +99,9 @@ def die_with_parent() -> None:
 
 def check_code(spec: dict) -> None:
     """The cell's code, once imported, is the code the workflow planned the cell with
-    (arrepro.digest.check_planned_code; nothing to check for a cell trained by hand)."""
+    (arrepro.planned.check_planned_code; nothing to check for a cell trained by hand)."""
     from arrepro.config.catalogue import ROOT, train_sources
-    from arrepro.digest import check_planned_code
+    from arrepro.planned import check_planned_code
     from arrepro.models import get_mixer
 
     mixer = spec.get("model_def", {}).get("mixer") if isinstance(spec, dict) else None
@@ -169,9 +169,10 @@ def _train(a: argparse.Namespace, log: JobLog) -> int:
     forced = run["run"] if run and runfile.forces(run, runfile.TRAIN_RULE, [os.path.join(a.out, RESULT),
                                                                              os.path.join(a.out, METRICS)]) else None
     numerics.pin_environment()  # before torch's first import (arrepro.train.loop imports it)
-    from arrepro.digest import CodeChanged
+    from arrepro.planned import CodeChanged
     from arrepro.files import CannotWrite
-    from arrepro.train.loop import TrainError, train_cell  # torch: once the arguments are read
+    from arrepro.train.loop import train_cell  # torch: once the arguments are read
+    from arrepro.train.prepare import TrainError
 
     try:
         try:

@@ -1,41 +1,35 @@
-"""Train one cell: a model on a task's train set, evaluated on the full test set every epoch.
+"""Train one cell: a model on a task's train set, evaluated on the full test set every epoch
+(what it trains with, checked and built first: arrepro.train.prepare).
 
 Recipe (paper A.2): AdamW, weight decay, linear warmup over ``warmup_frac`` of the steps, then
 the decay named by ``schedule`` (cosine to zero, linear to zero, or constant), stepped every
 optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Precision from the
-cell spec (``PRECISIONS``, set in ``autocast_for``): ``fp32`` (the default, Zoology's: no autocast,
-full fp32 matmuls), ``tf32`` (the paper scale's: fp32 weights and activations, TF32 tensor-core
-matmuls on CUDA; the same as fp32 on the CPU) or ``bf16`` (autocast on CUDA; refused on the CPU).
-Logits only at labelled positions.
+cell spec (``prepare.autocast_for``): fp32 (the default), tf32 or bf16. Logits only at labelled
+positions.
 
 Robust on a cluster: a checkpoint (model, optimiser, RNG, metrics so far) is written atomically
 after every epoch and on SIGTERM or SIGINT (Ctrl-C); a restarted run resumes from it and ends with
 the same metrics as an uninterrupted run. A checkpoint carries the sha256 of its contents: a
 garbled or truncated one is reported and the cell starts over. It is used only if its fingerprint
-matches: the cell spec, the bytes of the task's data files, and the code (comments and docstrings
-aside) that trains the cell and that generated its data; so new data, an edited model or
+(``prepare.fingerprint``: the spec, the data, the code) matches, so new data, an edited model or
 ``--forcerun`` never resume a stale run.
 ``metrics.jsonl`` and then ``result.json`` are written when the cell ends (the checkpoint carries the
-metrics until then: a job that fails leaves no output for Snakemake to remove, in a folder that may
-have become read-only), atomically: result.json's presence means the cell is finished; it carries
-the checksums of itself and of ``metrics.jsonl`` (``arrepro.config.cellfiles``, which reads them back).
-Just before them, the checkpoint becomes the finished cell's record: its fingerprint and training
-state, without the model and optimiser state (a few KB instead of 12 bytes a parameter), enough to
-rebuild a deleted result.json and metrics.jsonl without training; with ``keep_weights`` the final
-weights stay beside it (``weights.pt``: the model's ``state_dict``, for ``torch.load``). A forced
-cell (``forced_run``: the id of the Snakemake run that forces it, arrepro.train.runfile) does not resume
-a checkpoint of another run. A write that fails (a full disk: "no space left on <path>") leaves
-no ``.tmp`` file behind.
+metrics until then: a job that fails leaves no output for Snakemake to remove), atomically:
+result.json's presence means the cell is finished; it carries the checksums of itself and of
+``metrics.jsonl`` (``arrepro.config.cellfiles``). Just before them, the checkpoint becomes the
+finished cell's record: its fingerprint and training state, without the model and optimiser state,
+enough to rebuild a deleted result.json and metrics.jsonl without training; with ``keep_weights``
+the final weights stay beside it (``weights.pt``: the model's ``state_dict``). A forced cell
+(``forced_run``: the id of the Snakemake run that forces it, arrepro.train.runfile) does not resume
+a checkpoint of another run. A write that fails (a full disk) leaves no ``.tmp`` file behind.
 One process at a time trains a cell (``cellfiles.CellLock``); the spec is checked before anything
-is read (``check_spec``: ``epochs: 0`` would otherwise write a finished result of accuracy 0).
-A diverging run (non-finite loss) stops and is recorded as diverged; it is a result, not a crash.
+is read (``prepare.check_spec``). A diverging run (non-finite loss) stops and is recorded as
+diverged; it is a result, not a crash.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import math
 import signal
 import sys
@@ -50,87 +44,15 @@ from arrepro.train import checkpoint, numerics
 from arrepro.config import defaults
 from arrepro.config.cellfiles import CHECKPOINT, METRICS, RESULT, WEIGHTS, CellBusy, CellLock, metrics_text, seal
 from arrepro.train.checkpoint import CorruptCheckpoint
-from arrepro.config.paths import REPO_ROOT
-from arrepro.digest import file_digest, source_digest
 from arrepro.files import atomic_write, remove_temporaries, write_json_atomic, write_text_atomic
-from arrepro.config.catalogue import data_sources, train_sources
 from arrepro.models import LanguageModel
-from arrepro.models.kernels import describe_paths, kernels_enabled, paths_used
+from arrepro.models.kernels import describe_paths, paths_used
+from arrepro.train.prepare import (SCHEDULES, TrainError, autocast_for, build_model, check_lookahead, check_spec,
+                                   fingerprint, load_task, pick_device)
 
 
 class Preempted(SystemExit):
     """Raised after a SIGTERM or SIGINT checkpoint: exit non-zero so the scheduler retries the job."""
-
-
-class TrainError(RuntimeError):
-    """A cell that cannot run as asked (its spec, its data, the machine, a full disk); the message
-    names the key or file and why. scripts/train_cell.py prints it and exits 1."""
-
-
-SCHEDULE_STEPS = ("step", "epoch")
-SCHEDULES = ("cosine", "linear", "constant")
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _count(lo: int):
-    return lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= lo
-
-
-# What a cell spec must hold for the trainer to run it (the workflow's spec passes the config
-# schema first; a spec given by hand to scripts/train_cell.py passes only here): key, required,
-# check, what the value must be.
-SPEC_RULES = (
-    ("task", True, lambda x: isinstance(x, str) and x != "", "a name"),
-    ("model", True, lambda x: isinstance(x, str) and x != "", "a name"),
-    ("recipe", True, lambda x: isinstance(x, str) and x != "", "a name"),
-    ("model_def", True, lambda x: isinstance(x, dict), "an object"),
-    ("model_def.mixer", True, lambda x: isinstance(x, str) and x != "", "a mixer's name"),
-    ("model_def.mixer_kwargs", False, lambda x: isinstance(x, dict), "an object"),
-    ("recipe_def", True, lambda x: isinstance(x, dict), "an object"),
-    ("width", True, _count(1), "a whole number >= 1"),
-    ("layers", True, _count(1), "a whole number >= 1"),
-    ("batch_size", True, _count(1), "a whole number >= 1"),
-    ("seed", True, _count(0), "a whole number >= 0"),
-    ("lr", True, lambda x: _number(x) and x > 0, "a finite number > 0"),
-    ("recipe_def.epochs", True, _count(1), "a whole number >= 1"),
-    ("recipe_def.warmup_frac", True, lambda x: _number(x) and 0 <= x <= 1, "a number in [0, 1]"),
-    ("recipe_def.weight_decay", True, lambda x: _number(x) and x >= 0, "a finite number >= 0"),
-    ("recipe_def.schedule", True, lambda x: x in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
-    ("recipe_def.schedule_step", False, lambda x: x in SCHEDULE_STEPS, f"one of {', '.join(SCHEDULE_STEPS)}"),
-    ("recipe_def.embed_dropout", False, lambda x: _number(x) and 0 <= x < 1, "a number in [0, 1)"),
-    ("recipe_def.grad_clip", False, lambda x: x is None or (_number(x) and x > 0), "null or a number > 0"),
-    ("recipe_def.early_stop_accuracy", False, lambda x: x is None or (_number(x) and 0 <= x <= 1),
-     "null or a number in [0, 1]"),
-    ("recipe_def.betas", False, lambda x: isinstance(x, list) and len(x) == 2 and all(_number(b) and 0 <= b < 1 for b in x),
-     "two numbers in [0, 1)"),
-)
-
-
-def check_spec(spec) -> None:
-    """Refuse a cell spec the trainer cannot run as asked (``epochs: 0`` would write a finished
-    result of accuracy 0.0), naming the key; also a value of ``ARREPRO_KERNELS`` that is not a yes
-    or a no. TrainError."""
-    if not isinstance(spec, dict):
-        raise TrainError(f"the cell spec is a {type(spec).__name__}, not an object")
-    for key, required, ok, what in SPEC_RULES:
-        node, parts = spec, key.split(".")
-        for part in parts[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict):
-            continue  # its parent is missing or wrong: reported under the parent's key
-        if parts[-1] not in node:
-            if required:
-                raise TrainError(f"cell spec: {key} is missing (it must be {what})")
-            continue
-        if not ok(node[parts[-1]]):
-            raise TrainError(f"cell spec: {key} is {node[parts[-1]]!r}; it must be {what}")
-    try:
-        kernels_enabled()
-    except ValueError as e:
-        raise TrainError(str(e)) from None
 
 
 def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str,
@@ -164,54 +86,6 @@ def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str,
     raise ValueError(f"recipe.schedule: unknown schedule {schedule!r} (one of {', '.join(SCHEDULES)})")
 
 
-def load_task(data_dir: str | Path):
-    """(train inputs, train labels, test inputs, test labels, vocabulary size) of a task. A missing
-    or unreadable file is a TrainError naming it."""
-    d = Path(data_dir)
-    loaded = {}
-    for name in ("train.npz", "test.npz"):
-        try:
-            with np.load(d / name) as z:
-                loaded[name] = {k: z[k] for k in ("inputs", "labels", "vocab_size")}
-        except Exception as e:  # missing, truncated, garbled (BadZipFile, bad CRC), a key missing
-            raise TrainError(f"{d / name}: cannot read the task's data ({type(e).__name__}: {e}); the data rule "
-                             "writes it (delete it and run the workflow again)") from e
-    tr, te = loaded["train.npz"], loaded["test.npz"]
-    arrays = [torch.from_numpy(a[k].astype(np.int64)) for a in (tr, te) for k in ("inputs", "labels")]
-    return (*arrays, int(tr["vocab_size"]))
-
-
-def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
-    m = defaults.model(spec["model_def"])
-    return LanguageModel(
-        vocab_size=vocab_size, d_model=spec["width"], n_layers=spec["layers"], max_len=max_len,
-        mixer=m["mixer"], mixer_kwargs=m["mixer_kwargs"], mlp=m["mlp"], mlp_ratio=m["mlp_ratio"],
-        position=m["position"], embed_dropout=defaults.recipe(spec["recipe_def"])["embed_dropout"],
-    )
-
-
-def fingerprint(spec: dict, data_dir: str | Path) -> str:
-    """What a checkpoint must match to be resumed: the cell spec, the task's data files (their
-    bytes), and the code that trains the cell (``train_sources``: the files whose digest the train
-    rule records, scripts/train_cell.py included) and that generated its data (``source_digest``:
-    comments and docstrings do not count, code does)."""
-    repo = REPO_ROOT
-    data = {}
-    for f in ("train.npz", "test.npz"):
-        try:
-            data[f] = file_digest(Path(data_dir) / f)
-        except OSError as e:
-            raise TrainError(f"{Path(data_dir) / f}: cannot read the task's data ({e.strerror}); the data rule "
-                             "writes it") from e
-    parts = {
-        "spec": spec,
-        "data": data,
-        "train_code": source_digest(train_sources(spec["model_def"]["mixer"], repo), repo),
-        "data_code": source_digest(data_sources(repo), repo),
-    }
-    return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
 @torch.no_grad()
 def evaluate(model, inputs, labels, batch_size, device, autocast) -> dict:
     model.eval()
@@ -234,43 +108,6 @@ def evaluate(model, inputs, labels, batch_size, device, autocast) -> dict:
     model.train()
     return {"test_loss": loss_sum / max(total, 1), "test_accuracy": correct / max(total, 1),
             "test_exact_match": exact / max(n, 1)}
-
-
-PRECISIONS = ("fp32", "tf32", "bf16")
-
-
-def autocast_for(precision: str, device: torch.device, where: str = "precision"):
-    """The context every forward pass runs in, with the matmul precision set here, the one place
-    (``torch.backends.cuda.matmul.allow_tf32`` and cuDNN's, which the result records as ``tf32``).
-    ``fp32``: no autocast, TF32 off (full fp32 matmuls). ``tf32``: no autocast, fp32 weights and
-    activations, TF32 tensor-core matmuls on CUDA (on the CPU there is no TF32: the same as fp32,
-    and the result says ``tf32: false``). ``bf16``: autocast to bfloat16, on CUDA only: on the
-    CPU it would only change the numbers (no bf16 speed-up on the CPUs this project runs on, and
-    no mixer has been checked under CPU autocast)."""
-    if precision not in PRECISIONS:
-        raise TrainError(f"{where}: unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
-    tf32 = precision == "tf32" and device.type == "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    if precision != "bf16":
-        return contextlib.nullcontext
-    if device.type != "cuda":
-        raise TrainError(f"{where}: bf16 runs only on CUDA (this cell runs on {device.type}); use fp32 on the CPU")
-    return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
-
-
-def pick_device(requested: str, where: str = "device") -> torch.device:
-    """``auto``: CUDA if there is a device, else the CPU. ``cuda`` without CUDA is an error, not a
-    slow CPU run on a GPU allocation."""
-    if requested not in ("auto", "cuda", "cpu"):
-        raise TrainError(f"{where}: unknown device {requested!r} (auto, cuda or cpu)")
-    if requested == "cuda" and not torch.cuda.is_available():
-        built = torch.version.cuda or "none: a CPU-only build"
-        raise TrainError(f"{where}: cuda, but torch {torch.__version__} sees no CUDA device (built for CUDA "
-                         f"{built}); on a CPU machine use a scale with device cpu")
-    if requested in ("auto", "cuda") and torch.cuda.is_available():
-        return torch.device("cuda")
-    return torch.device("cpu")
 
 
 def train_cell(spec: dict, data_dir: str | Path, out_dir: str | Path, threads: int | None = None,
@@ -383,6 +220,7 @@ def _setup(spec: dict, data_dir, out: Path, threads: int | None, log) -> Run:
         model = build_model(spec, vocab, xtr.shape[1]).to(device)
     except (ValueError, TypeError) as e:  # arguments the mixer refuses (the workflow refuses them before any job)
         raise TrainError(f"model {spec['model']} (model_def): {e}") from e
+    check_lookahead(spec, model)  # (so does the workflow)
     opt = model.configure_optimizer(lr=spec["lr"], weight_decay=recipe["weight_decay"], betas=tuple(recipe["betas"]),
                                     fused=device.type in ("cpu", "cuda"))  # fused: ~1 ms a step less on CPU
     tag = f"{spec['model']} w{spec['width']} l{spec['layers']} lr{spec['lr']:.3g} s{spec['seed']}"

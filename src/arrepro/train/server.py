@@ -63,13 +63,13 @@ def _warm_up() -> None:
     from arrepro.digest import source_digest
     from arrepro.models import LanguageModel, kernels
     from arrepro.models.registry import available_mixers
-    from arrepro.train import loop
+    from arrepro.train import loop, prepare
 
     numerics.settle()
     for name, k in kernels.KERNELS.items():
         if k.device == "cpu":
             kernels._cpu_kernel(name, torch.float32)
-    repo = REPO_ROOT  # as arrepro.train.loop's fingerprint reads the sources (memoised)
+    repo = REPO_ROOT  # as arrepro.train.prepare's fingerprint reads the sources (memoised)
     source_digest(data_sources(repo), repo)
     cpu = torch.device("cpu")
     for mixer in available_mixers():
@@ -84,7 +84,7 @@ def _warm_up() -> None:
             loss.backward()
             opt.step()
             step = "an evaluation"
-            loop.evaluate(model, x, x, 2, cpu, loop.autocast_for("fp32", cpu))
+            loop.evaluate(model, x, x, 2, cpu, prepare.autocast_for("fp32", cpu))
         except Exception as e:
             raise WarmUpFailed(f"warm-up of {mixer}, {step}: {type(e).__name__}: {e}") from e
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from arrepro.config.constraints import require
+from arrepro.config.lookahead import layer_lookahead
 from arrepro.models.kernels import KernelMixer, compute_dtype
 from arrepro.models.ops import ShortConv, apply_rotary, rotary_tables
 from arrepro.models.registry import register
@@ -28,6 +29,7 @@ REQUIRES = (
     ("isinstance(conv_size, int) and conv_size >= 1", "conv_size must be a whole number >= 1"),
     ("conv_mode in ('causal', 'centred')", "conv_mode must be 'causal' or 'centred'"),
     ("conv_mode == 'causal' or conv_size % 2 == 1", "a centred conv needs an odd conv_size"),
+    ("conv_mode == 'causal' or len(conv) > 0", "conv_mode centred needs a conv (conv names no path: nothing to centre)"),
     ("0 <= dropout < 1", "dropout must be in [0, 1)"),
 )
 
@@ -45,7 +47,8 @@ class Attention(KernelMixer):
         self.h, self.dh, self.dropout, self.rope, self.max_len = num_heads, d_model // num_heads, dropout, rope, max_len
         # causal: position t sees t-k+1..t; centred: t-s..t+s, s = (k-1)/2 future steps (the conv
         # as nn.Conv1d(padding=k//2) computes it, which the paper most likely ran: docs/fidelity.md)
-        self.conv_mode, self.lookahead = conv_mode, (conv_size - 1) // 2 if conv_mode == "centred" else 0
+        self.conv_mode = conv_mode
+        self.lookahead = layer_lookahead({"conv": conv, "conv_size": conv_size, "conv_mode": conv_mode})
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)

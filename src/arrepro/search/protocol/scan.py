@@ -1,0 +1,48 @@
+"""The scan: while nothing has learned on any seed, the range looked at on a lattice (``scan``
+decades through the start grid's lowest point), ring by ring and seed by seed."""
+from __future__ import annotations
+
+from arrepro.search.protocol.evidence import Evidence
+from arrepro.search.protocol.spec import LOG_EPS, SearchSpec, _lrs, decades
+
+
+SCAN_RESERVE = 1  # candidates the scan keeps cells for (on every seed) should it find a learning rate that learns
+
+
+
+def _seeds_at(ev: Evidence, lr: float) -> int:
+    """Seeds ``lr`` has (0: untried), matching tried learning rates within LOG_EPS decades."""
+    return next((ev.n(t) for t in ev.tried if decades(t, lr) <= LOG_EPS), 0)
+
+
+def scan_round(spec: SearchSpec, ev: Evidence, left: int, k: int) -> tuple[list[tuple[float, int]], str]:
+    """The ``k``-th scan round (k = 0, 1, ...), while nothing has learned on any seed. The scan
+    points (``SearchSpec.scan_points``) lie in rings: ring 0 inside the start grid's span, ring r
+    the r-th lattice point beyond it on either side. The first round trains every scan point on
+    the search seed (the whole span, as finely as the literal grid); round k trains ring r on the
+    i-th seed where i + r <= k (at most ``scan_seeds`` seeds): each round looks one ring further
+    out and one seed deeper in, so a dead search seed is looked past inside the start grid's span
+    first. In that order (ring + seed, then the earlier seed), as many cells as fit beside those
+    that would put ``SCAN_RESERVE`` candidates on every seed should the scan find something (from
+    the fewest seeds a new cell leaves a learning rate on). No score at chance chooses where."""
+    n = len(spec.seeds)
+    depth = spec.scan_depth
+    want = sorted((i + ring if i else 0, i, ring, p) for p, ring in spec.scan_points()
+                  for i in range(_seeds_at(ev, p), depth) if i == 0 or i + ring <= k)
+    per = min(SCAN_RESERVE, spec.candidates) if spec.ladder else 0
+    cells, low = [], n
+    for _, i, ring, p in want:
+        if len(cells) + 1 + per * (n - min(low, i + 1)) > left:
+            break
+        cells.append((p, spec.seeds[i]))
+        low = min(low, i + 1)
+    if not cells:
+        return [], ""
+    by_seed: dict[int, list[float]] = {}
+    for p, s in cells:
+        by_seed.setdefault(s, []).append(p)
+    lo, hi = spec.scan_span
+    why = (f"nothing learned on the seeds so far: the scan ({spec.scan:.3g} decades apart over [{lo:g}, {hi:g}]), "
+           f"round {k + 1}: " + "; ".join(f"seed {s} at {_lrs(sorted(ps))}" for s, ps in by_seed.items())
+           + (f" ({len(want) - len(cells)} left out: the budget)" if len(want) > len(cells) else ""))
+    return cells, why
