@@ -352,16 +352,24 @@ def test_depth():
 def test_wide_against_deep(cid, task):
     metric = "final_exact_match" if task == "copy" else "final_accuracy"
 
-    def make(wide, deep, deep_params=150, peer=0.0):
+    def make(wide, deep, deep_params=150, peer=0.0, deep_peer=None):
+        deep_peer = [] if deep_peer is None else [one("attention", deep_peer, w=512, n=24, params=75e6, task=task)]
         return results([one("mamba", wide, w=1408, n=12, params=150e6, task=task),
                         one("mamba", deep, w=1024, n=24, params=deep_params * 1e6, task=task),
                         one("mamba", 0.0, w=1024, n=12, params=80e6, task=task),
-                        one("attention", peer, w=1024, n=12, params=300e6, task=task)], metric=metric)
+                        one("attention", peer, w=1024, n=12, params=300e6, task=task)] + deep_peer, metric=metric)
 
     assert verdict(cid, make(1.00, 0.55)) == "consistent"
-    # the deep one at chance: the claim does not predict a failure, so it is no evidence (issue 26)
+    # the deep one at chance: no evidence where no model of its depth learns (the scale may not let
+    # any), nor where the claim does not predict the failure (issue 26): Fig. 4's claim on MQAR says
+    # only that Mamba prefers width; Table 1's (Sec. 5) that the deep one "fails to copy"
     assert verdict(cid, make(1.00, 0.16)) == "inconclusive"
     assert "no evidence" in K.wide_beats_deep(make(1.00, 0.16), "mamba").compared
+    assert verdict(cid, make(1.00, 0.16, deep_peer=0.0)) == "inconclusive"
+    predicted = cid == "copywidth"
+    assert verdict(cid, make(1.00, 0.16, deep_peer=0.99)) == ("consistent" if predicted else "inconclusive")
+    why = K.wide_beats_deep(make(1.00, 0.16, deep_peer=0.99), "mamba", predicted=predicted).compared
+    assert ("no evidence" in why) != predicted, why
     # the wide one at chance is against the claim where a model of its depth learns
     assert verdict(cid, make(0.16, 1.00)) == "inconclusive"
     assert verdict(cid, make(0.16, 1.00, peer=0.99)) == "contradicted"

@@ -129,9 +129,10 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
     return Judgement(combine(vs), "; ".join(parts))
 
 
-def wide_beats_deep(e, model: str) -> Judgement | None:
+def wide_beats_deep(e, model: str, predicted: bool = False) -> Judgement | None:
     """At (about) the same parameter count (within PARAM_RATIO), a wider and shallower ``model``
-    beats a narrower and deeper one, over every such pair of configurations on one task."""
+    beats a narrower and deeper one, over every such pair of configurations on one task;
+    ``predicted``: the claim predicts that the deeper one fails outright (``failure_counts``)."""
     r = e.rows(model)
     ups = downs = 0
     parts = []
@@ -144,7 +145,7 @@ def wide_beats_deep(e, model: str) -> Judgement | None:
                 if max(x.parameters, y.parameters) > PARAM_RATIO * min(x.parameters, y.parameters):
                     continue
                 sx, sy = stat(e, pd.Series(x._asdict()), f"{x.layers}×{x.width}"), stat(e, pd.Series(y._asdict()), f"{y.layers}×{y.width}")
-                c, why = compare_why(sx, sy)
+                c, why = compare_why(sx, sy, predicted)
                 ups, downs = ups + (c > 0), downs + (c < 0)
                 parts.append(f"{x.task_name} {sx.text()} vs {sy.text()} "
                              f"({x.parameters / 1e6:.3g}M vs {y.parameters / 1e6:.3g}M params)" + (f" ({why}: no evidence)" if why else ""))
