@@ -11,10 +11,6 @@ CORES  ?= 2
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SCALE  ?= demo
-# pytest's workers: one more than the cores, because one of them spends most of the Slurm tests'
-# minutes waiting on Slurm's status polling (tests/test_slurm.py; the suite prints each worker's
-# test time at its end)
-TEST_WORKERS ?= 3
 
 .PHONY: demo test setup bench clean report kernels-cpu gpu-check protocol-check gpu-carry gpu-verify
 setup: $(VENV)/.installed
@@ -45,7 +41,7 @@ report: setup
 
 test: setup $(KVENV)/.installed
 	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=12
+	$(PY) -m pytest -q -n $(CORES) --dist loadfile --durations=12
 
 bench: setup
 	$(PY) bench/bench_train_step.py

@@ -23,8 +23,8 @@ def config_models():
 
 # ---------------------------------------------------------------- where the suite's time goes
 # Under pytest-xdist the controller sums each worker's test time (setup, call and teardown), and
-# prints it with the test files that took longest: how evenly `make test` spreads its work (one
-# worker spends minutes mostly waiting on the real Slurm's status polling, tests/test_slurm.py).
+# prints it with the test files that took longest: how evenly `make test` spreads its work, and
+# where its minutes go (docs/tests.md).
 _busy: dict[str, float] = {}
 _files: dict[str, float] = {}
 
