@@ -1,3 +1,4 @@
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,23 +21,20 @@ def config_models():
     return yaml.safe_load((ROOT / "config.yaml").read_text())["models"]
 
 
-
 # ---------------------------------------------------------------- where the suite's time goes
 # Under pytest-xdist the controller sums each worker's test time (setup, call and teardown), and
 # prints it with the test files that took longest: how evenly `make test` spreads its work, and
 # where its minutes go (docs/tests.md).
-_busy: dict[str, float] = {}
-_files: dict[str, float] = {}
+_busy: Counter[str] = Counter()  # worker -> seconds
+_files: Counter[str] = Counter()  # test file -> seconds
 
 
 def pytest_runtest_logreport(report):
     node = getattr(report, "node", None)  # set on the controller only
     if node is None:
         return
-    worker = node.gateway.id
-    _busy[worker] = _busy.get(worker, 0.0) + report.duration
-    path = report.nodeid.split("::")[0]
-    _files[path] = _files.get(path, 0.0) + report.duration
+    _busy[node.gateway.id] += report.duration
+    _files[report.nodeid.split("::")[0]] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -45,5 +43,4 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.write_sep("=", "test time by worker and by file")
     tr.write_line("workers: " + ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_busy.items())))
-    top = sorted(_files.items(), key=lambda kv: -kv[1])[:15]
-    tr.write_line("files: " + ", ".join(f"{Path(f).name} {s:.0f} s" for f, s in top))
+    tr.write_line("files: " + ", ".join(f"{Path(f).name} {s:.0f} s" for f, s in _files.most_common(15)))
