@@ -112,44 +112,41 @@ def test_the_ladders_last_step_taken_at_once_climbs_the_rates_its_steps_would():
     assert {lr for lr, _ in nxt.cells} == {4.64e-4, 2.15e-3, 1e-2}
 
 
-def test_the_demos_search_decides_as_before():
-    """demo_best (no scan: three start rates, one search seed, the best two on all three seeds) on
-    plausible results (windows anywhere, dead seeds, noise, divergence above a rate, nothing
-    learned) trains the same cells, round for round, as with the orders before one seed order:
-    the score everywhere, but the cheapest to complete where the last step was taken at once
-    while nothing had learned (``climb``: so ordered even without a scan)."""
-    import sys
-
+def test_the_demos_search_finds_every_window_its_literal_grid_finds():
+    """demo_best (three start rates half a decade apart, one search seed, the best two on all three
+    seeds, a scan while nothing has learned) on plausible results (windows anywhere, dead seeds,
+    noise, divergence above a rate, nothing learned): wherever the literal grid on its lattice
+    (every half decade from 1e-4 to 1e-1 on every seed) learns, the search's number learns too,
+    within its budget, but in at most 3% of them (here: a seed-0 score over the learned threshold by
+    noise, its window resolved, while the real one lies two decades away). Without the scan, on its
+    budget of 9 cells before, it missed 57 of 125 here."""
     import yaml
     from arrepro.config.paths import REPO_ROOT
-    from arrepro.search.protocol import ladder
     from arrepro.search.rounds import search_spec
 
     cfg = yaml.safe_load((REPO_ROOT / "config.yaml").read_text())
     entry = cfg["lr_searches"]["demo_best"]
-    sp = search_spec(entry, entry["start"], (0, 1, 2), 0.4375, 0.9)
-    assert not sp.scan and sp.candidates == 2
-
-    def before(spec, ev, lrs):
-        if sys._getframe(1).f_code.co_name == "climb" and not ev.learned_any:
-            return sorted(lrs, key=lambda lr: (-ev.n(lr), -ev.score(lr), lr))
-        return ev.ranked(lrs)
+    seeds = (0, 1, 2)
+    sp = search_spec(entry, entry["start"], seeds, 0.4375, 0.9)
+    lattice = [protocol.snap(sp.lo * 10 ** (k * sp.step)) for k in range(round(math.log10(sp.hi / sp.lo) / sp.step) + 1)]
+    assert lattice[0] == sp.lo and lattice[-1] == sp.hi and len(lattice) == 7
 
     rng = random.Random(38)
     worlds = []
     for w in range(400):
         f = peak(10 ** rng.uniform(-4.5, -0.5), rng.uniform(0.1, 1.0), rng.uniform(0.3, 1.0))
-        dead, cap, noise = {s for s in (0, 1, 2) if rng.random() < 0.3}, 10 ** rng.uniform(-3.5, 0), rng.uniform(0, 0.1)
-        cells = {}  # each cell's accuracy drawn once: both runs see one world
+        dead, cap, noise = {s for s in seeds if rng.random() < 0.3}, 10 ** rng.uniform(-3.5, 0), rng.uniform(0, 0.1)
+        cells = {}  # each cell's accuracy drawn once: the search and the grid see one world
         worlds.append(lambda lr, s, f=f, dead=dead, cap=cap, noise=noise, cells=cells: cells.setdefault(
             (lr, s), None if lr > cap else 0.25 if s in dead else min(1.0, max(0.0, f(lr) + rng.gauss(0, noise)))))
-
-    def planned():
-        return [[(r.kind, sorted(r.cells)) for r in run(sp, acc)[0]] for acc in worlds]
-
-    now = planned()
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(ladder, "seed_order", before)
-        assert planned() == now
-    outcomes = {run(sp, acc)[1].outcome for acc in worlds}
+    missed, learns, outcomes = [], 0, set()
+    for acc in worlds:
+        grid = grid_statistic(acc, lattice, seeds)
+        _, st, _ = run(sp, acc)
+        outcomes.add(st.outcome)
+        if grid >= sp.learned:
+            learns += 1
+            if reported(st) < sp.learned:
+                missed.append((grid, reported(st)))
+    assert learns > 100 and len(missed) <= 0.03 * learns, f"{len(missed)} of {learns} windows missed: {missed[:5]}"
     assert {"not learned", "resolved"} <= outcomes  # settings at chance and settings that learn
