@@ -288,11 +288,9 @@ def main(argv=None) -> None:
         big, sp_big = new_protocol(overrides, "big", seeds=seeds)
         protocols = {f"new, budget {sp.max_cells()}": new, f"new, big tier {sp_big.max_cells()}": big}
     else:  # the search's own lattice over its range, every rate on every seed
-        n = round(math.log10(sp.hi / sp.lo) / sp.step)
-        grid = [protocol.snap(sp.lo * 10 ** (k * sp.step)) for k in range(n + 1)]
+        grid = sp.literal_grid()
         protocols = {f"{a.search}, budget {sp.max_cells()}": new}
-        a.no_old = True
-    if not a.no_old:
+    if a.search == "best" and not a.no_old:  # the old protocol searched the paper scale only
         old, old_big = old_protocol(a.old)
         protocols = {f"{a.old}, budget 16": old, f"{a.old}, big tier 15": old_big, **protocols}
     start = [math.log10(x) for x in sp.start]

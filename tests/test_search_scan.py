@@ -2,7 +2,6 @@
 on hand-made accuracy curves as tests/test_search.py runs them), its scan's keys checked and named
 in config.yaml, and one seed order for the ladder, its last step and contenders."""
 import copy
-import math
 import random
 
 import pytest
@@ -128,7 +127,7 @@ def test_the_demos_search_finds_every_window_its_literal_grid_finds():
     entry = cfg["lr_searches"]["demo_best"]
     seeds = (0, 1, 2)
     sp = search_spec(entry, entry["start"], seeds, 0.4375, 0.9)
-    lattice = [protocol.snap(sp.lo * 10 ** (k * sp.step)) for k in range(round(math.log10(sp.hi / sp.lo) / sp.step) + 1)]
+    lattice = sp.literal_grid()
     assert lattice[0] == sp.lo and lattice[-1] == sp.hi and len(lattice) == 7
 
     rng = random.Random(38)

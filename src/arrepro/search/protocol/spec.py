@@ -154,6 +154,12 @@ class SearchSpec:
         """Decades between start points (``start_step``): how far an extension reaches."""
         return start_step(self.start, self.resolution)
 
+    def literal_grid(self) -> list[float]:
+        """The literal grid this search stands in for: every ``step`` decades over its range, each
+        rate on every seed (what bench/bench_search.py and the tests measure a search against)."""
+        n = round(math.log10(self.hi / self.lo) / self.step)
+        return [snap(self.lo * 10 ** (k * self.step)) for k in range(n + 1)]
+
     def first_cells(self) -> int:
         return len(self.start) * len(self.search_seeds)
 
