@@ -131,6 +131,43 @@ def test_train_log_prints_the_settings_once(data, tmp_path):
     assert r["numerics"]["env"] == PINS and r["numerics"]["threads"] == 1
 
 
+def test_the_scale_decides_whether_subnormals_flush(data, tmp_path, config):
+    """The scale's ``subnormals`` (default flush: FTZ and DAZ) reaches every cell's spec, so that
+    switching it reruns the cells; the cell's record and train.log say which ran, pinned either
+    way (the thread's MXCSR bits, obeyed alike by every x86-64 CPU; the fused kernels' builds
+    agree on inputs that underflow: test_fused_cpu_kernels_give_the_same_bits_from_every_build).
+    A value the schema does not know is refused."""
+    import copy
+
+    import jsonschema
+    import yaml
+
+    from arrepro.config.grid import Grid
+
+    g = Grid(config, "demo")
+    assert {g.cell_spec(**c.__dict__)["subnormals"] for c in g.all_cells()[:50]} == {"flush"}
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    c = copy.deepcopy(config)
+    c["scales"]["demo"]["subnormals"] = "keep"
+    jsonschema.validate(c, schema)
+    g = Grid(c, "demo")
+    assert g.cell_spec(**g.all_cells()[0].__dict__)["subnormals"] == "keep"
+    c["scales"]["demo"]["subnormals"] = "sometimes"
+    with pytest.raises(jsonschema.ValidationError, match="sometimes"):
+        jsonschema.validate(c, schema)
+    for value, said in (("flush", "flushed"), ("keep", "kept")):
+        spec = SPEC if value == "flush" else {**SPEC, "subnormals": value}  # SPEC leaves it out: the default
+        r, _, out = run(data, tmp_path / value, {}, pinned=True, spec=spec)
+        assert r["numerics"]["pinned"] and r["numerics"]["subnormals"] == value, r["numerics"]
+        assert f"subnormals {said}," in next(line for line in out.splitlines() if "CPU numerics" in line), out
+    numerics.settle(1, "keep")
+    assert not numerics.flushes_subnormals()
+    numerics.settle(1, "flush")
+    assert numerics.flushes_subnormals()
+    with pytest.raises(ValueError, match="subnormals .*'sometimes'"):
+        numerics.settle(1, "sometimes")
+
+
 def test_a_resumed_cell_with_other_numerics_is_not_pinned():
     now = {"pinned": True, "cpu_capability": "AVX2", "threads": 1, "env": dict(PINS), "problems": [],
            "cpu": {"model": "A"}}
@@ -152,50 +189,60 @@ def digest(*ts):
 def grads_of(y, args):
     return torch.autograd.grad(y.square().sum(), args)
 
-g = torch.Generator().manual_seed(0)
-out = {}
-if "scan" in sys.argv:
-    from arrepro.models.cpu_kernels import selective_scan_cpu as k
-    B, L, E, N = 3, 29, 19, 16  # 19 channels: two stripes of 8 and a remainder
-    args = [torch.rand(B, L, E, generator=g) * 0.2, -torch.rand(E, N, generator=g) * 4 - 0.1,
-            torch.randn(B, L, E, generator=g), torch.randn(B, L, N, generator=g), torch.randn(B, L, N, generator=g)]
-    args = [a.requires_grad_() for a in args]
-    dt, A, x, Bm, Cm = args
-    y = k.selective_scan(x, dt, A, Bm, Cm)
-    out["scan"] = digest(y, *grads_of(y, args))
-if "linear" in sys.argv:
-    # 131 rows (odd), 45 columns: 2-vector, 1-vector and scalar columns on every build; 300 rows and
-    # a sum over 300 inputs: two blocks of the sum over k (KC 256), in the product and in the gradients
-    from arrepro.models.cpu_kernels import linear_cpu as k
-    hashes = []
-    for M, K, N in ((131, 37, 45), (300, 37, 45), (131, 300, 53)):
-        args = [torch.randn(M, K, generator=g), torch.randn(N, K, generator=g), torch.randn(N, generator=g)]
+def kernel(name, tiny):
+    # tiny: the data inputs scaled by 1e-39 to 1e-35 an element (some subnormal, their products
+    # with the weights mostly so), to see each build flush (or keep) the same subnormals
+    g = torch.Generator().manual_seed(0)
+    t = (lambda x: x * 10 ** (torch.rand(x.shape, generator=g) * 4 - 39)) if tiny else (lambda x: x)
+    if name == "scan":
+        from arrepro.models.cpu_kernels import selective_scan_cpu as k
+        B, L, E, N = 3, 29, 19, 16  # 19 channels: two stripes of 8 and a remainder
+        args = [torch.rand(B, L, E, generator=g) * 0.2, -torch.rand(E, N, generator=g) * 4 - 0.1,
+                t(torch.randn(B, L, E, generator=g)), torch.randn(B, L, N, generator=g), torch.randn(B, L, N, generator=g)]
         args = [a.requires_grad_() for a in args]
-        y = k.linear(*args)
-        hashes.append(digest(y, *grads_of(y, args)))
-    out["linear"] = hashlib.sha256(" ".join(hashes).encode()).hexdigest()
-if "attention" in sys.argv:  # two heads, length 11, strided inputs
-    from arrepro.models.cpu_kernels import attention_cpu as k
-    args = [torch.randn(2, 11, 2, 5, generator=g).transpose(1, 2).requires_grad_() for _ in range(3)]
-    y = k.attention(*args)
-    out["attention"] = digest(y, *grads_of(y, args))
-if "short_conv" in sys.argv:
-    from arrepro.models.cpu_kernels import short_conv_cpu as k
-    args = [torch.randn(3, 9, 19, generator=g), torch.randn(19, 4, generator=g), torch.randn(19, generator=g)]
-    args = [a.requires_grad_() for a in args]
-    y = k.short_conv(*args, True)
-    out["short_conv"] = digest(y, *grads_of(y, args))
-if "mamba" in sys.argv:  # the whole mixer at the demo's width, length 13
-    from arrepro.models.cpu_kernels import mamba_cpu as k
-    from arrepro.models.mixers.mamba import Mamba
-    m = Mamba(32, max_len=13)
-    with torch.no_grad():  # parameters from the generator (not torch's init, which may change between versions)
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    x = torch.randn(3, 13, 32, generator=g).requires_grad_()
-    args = [x, *m.parameters()]
-    y = k.mamba(x, *m.cpu_kernel_arguments())
-    out["mamba"] = digest(y, *grads_of(y, args))
+        dt, A, x, Bm, Cm = args
+        y = k.selective_scan(x, dt, A, Bm, Cm)
+        return digest(y, *grads_of(y, args))
+    if name == "linear":
+        # 131 rows (odd), 45 columns: 2-vector, 1-vector and scalar columns on every build; 300 rows and
+        # a sum over 300 inputs: two blocks of the sum over k (KC 256), in the product and in the gradients
+        from arrepro.models.cpu_kernels import linear_cpu as k
+        hashes = []
+        for M, K, N in ((131, 37, 45), (300, 37, 45), (131, 300, 53)):
+            args = [t(torch.randn(M, K, generator=g)), torch.randn(N, K, generator=g), torch.randn(N, generator=g)]
+            args = [a.requires_grad_() for a in args]
+            y = k.linear(*args)
+            hashes.append(digest(y, *grads_of(y, args)))
+        return hashlib.sha256(" ".join(hashes).encode()).hexdigest()
+    if name == "attention":  # two heads, length 11, strided inputs
+        from arrepro.models.cpu_kernels import attention_cpu as k
+        args = [t(torch.randn(2, 11, 2, 5, generator=g)).transpose(1, 2).requires_grad_() for _ in range(3)]
+        y = k.attention(*args)
+        return digest(y, *grads_of(y, args))
+    if name == "short_conv":
+        from arrepro.models.cpu_kernels import short_conv_cpu as k
+        args = [t(torch.randn(3, 9, 19, generator=g)), torch.randn(19, 4, generator=g), torch.randn(19, generator=g)]
+        args = [a.requires_grad_() for a in args]
+        y = k.short_conv(*args, True)
+        return digest(y, *grads_of(y, args))
+    if name == "mamba":  # the whole mixer at the demo's width, length 13
+        from arrepro.models.mixers.mamba import Mamba
+        from arrepro.models.cpu_kernels import mamba_cpu as k
+        m = Mamba(32, max_len=13)
+        with torch.no_grad():  # parameters from the generator (not torch's init, which may change between versions)
+            for p in m.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+        x = t(torch.randn(3, 13, 32, generator=g)).requires_grad_()
+        args = [x, *m.parameters()]
+        y = k.mamba(x, *m.cpu_kernel_arguments())
+        return digest(y, *grads_of(y, args))
+
+names = [a for a in sys.argv[1:] if a != "subnormals"]
+out = {name: kernel(name, False) for name in names}
+if "subnormals" in sys.argv:  # the same kernels on inputs that underflow, kept (IEEE) and flushed (FTZ and DAZ)
+    out.update({name + "+tiny": kernel(name, True) for name in names})
+    assert torch.set_flush_denormal(True)
+    out.update({name + "+tiny+flush": kernel(name, True) for name in names})
 print(common.CODEGEN)
 for name, h in out.items():
     print(name, h)
@@ -229,15 +276,20 @@ def test_fused_cpu_kernels_give_the_same_bits_from_every_build():
     and gradient bits: no reassociation, sums in a fixed order, fused multiply-adds only where the
     code writes them (each rounded once, whatever computes it), its own exp and log. A build of
     the scan for this CPU's own features (numba's default target) runs too and must agree: LLVM
-    contracts no multiply and add of its own without a fast-math flag."""
-    out = {isa: fused_bits(isa, KERNELS) for isa in BUILDS}
+    contracts no multiply and add of its own without a fast-math flag. The same on inputs that
+    underflow (subnormals), kept (IEEE) and flushed (the cells' FTZ and DAZ: arrepro.train.numerics),
+    and flushing changes their bits there (so the inputs did underflow)."""
+    out = {isa: fused_bits(isa, KERNELS + ["subnormals"]) for isa in BUILDS}
     out["host"] = fused_bits("host", ["scan"])
     assert "(SSE2" in out["sse2"][0] and "AVX2 + FMA" in out["avx2"][0] and " host " in out["host"][0]
     assert "avx512" not in out or "AVX-512 + FMA" in out["avx512"][0]
-    assert sorted(out["sse2"][1]) == sorted(KERNELS)
+    cases = [n + mode for n in KERNELS for mode in ("", "+tiny", "+tiny+flush")]
+    assert sorted(out["sse2"][1]) == sorted(cases)
     for isa in BUILDS[1:]:
-        for name in KERNELS:
+        for name in cases:
             assert out[isa][1][name] == out["sse2"][1][name], f"the {isa} and SSE2 builds of {name} differ"
+    for name in KERNELS:  # the inputs underflow: flushing changes the bits (and so was tested)
+        assert out["sse2"][1][name + "+tiny"] != out["sse2"][1][name + "+tiny+flush"], name
     assert out["host"][1]["scan"] == out["sse2"][1]["scan"], "the host build of the scan differs"
 
 

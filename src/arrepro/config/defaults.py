@@ -16,7 +16,7 @@ MODEL = types.MappingProxyType({"mixer_kwargs": types.MappingProxyType({}), "mlp
                                 "position": "none"})
 RECIPE = types.MappingProxyType({"embed_dropout": 0.0, "schedule_step": "step", "betas": (0.9, 0.999),
                                  "grad_clip": None, "early_stop_accuracy": None})
-SCALE = types.MappingProxyType({"device": "auto", "precision": "fp32"})
+SCALE = types.MappingProxyType({"device": "auto", "precision": "fp32", "subnormals": "flush"})
 
 
 def model(model_def: dict) -> dict:
@@ -32,5 +32,5 @@ def recipe(recipe_def: dict) -> dict:
 
 
 def scale(scale_or_spec: dict, key: str):
-    """A scale's (or a cell spec's) ``device`` or ``precision``."""
+    """A scale's (or a cell spec's) ``device``, ``precision`` or ``subnormals``."""
     return scale_or_spec.get(key, SCALE[key])

@@ -247,5 +247,6 @@ class Grid:
             "recipe": recipe, "recipe_def": {k: v for k, v in r.items() if k != "name"},
             "batch_size": self.batch_size(r, t), "lr": float(lr), "seed": int(seed),
             "device": defaults.scale(self.scale, "device"), "precision": defaults.scale(self.scale, "precision"),
+            "subnormals": defaults.scale(self.scale, "subnormals"),
             "cost_factor": card_of(self.models, model).cost,  # not its identity (``identity``)
         }

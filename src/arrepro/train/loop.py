@@ -205,7 +205,7 @@ def _train_cell(spec: dict, data_dir: str | Path, out: Path, threads: int | None
 
 
 def _setup(spec: dict, data_dir, out: Path, threads: int | None, log) -> Run:
-    numbers = numerics.settle(threads)  # one thread, oneDNN off; what ATen really runs at
+    numbers = numerics.settle(threads, defaults.scale(spec, "subnormals"))  # one thread, oneDNN off; what ATen runs at
     device = pick_device(defaults.scale(spec, "device"), "device (the scale's, in config.yaml)")
     precision = defaults.scale(spec, "precision")
     autocast = autocast_for(precision, device, "precision (the scale's, in config.yaml)")

@@ -23,6 +23,13 @@ differ when only ``ATEN_CPU_CAPABILITY`` or ``MKL_CBWR`` changes). What decides,
   whatever might still reach it. NNPACK (its own CPU detection) is switched off too.
 * Threads: one per cell (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``torch.set_num_threads``):
   ATen's parallel reductions split their work by thread count.
+* Subnormal floats (the scale's ``subnormals``, default ``flush``): flushed to zero, as results
+  (FTZ) and as inputs (DAZ), two bits of the thread's MXCSR that every SSE and AVX instruction on
+  every x86-64 CPU obeys the same way (``torch.set_flush_denormal``; the fused CPU kernels run in
+  the same thread, so they obey them too: tests/test_numerics.py checks every build on inputs
+  that underflow). Why: an operation on a subnormal takes a slow microcode path, and a cell
+  whose numbers underflow (a high learning rate, its loss far above chance) trained 2.6-2.9x
+  slower for it (docs/demo.md, "Subnormal numbers"). ``keep`` is IEEE gradual underflow.
 
 ``pin_environment()`` sets the variables (overriding the caller's: the record's ``overridden`` names
 what the caller had set, and train.log says so) and must run before torch's
@@ -96,15 +103,30 @@ def cpu_description() -> dict:
             "avx2": "avx2" in flags, "avx512f": "avx512f" in flags}
 
 
-def settle(threads: int | None = None) -> dict:
-    """Where a cell starts, after torch's import: one thread (or ``threads``), oneDNN and NNPACK
-    off; then the record of what really runs (see the module docstring)."""
+SUBNORMALS = {"flush": "flushed", "keep": "kept"}  # the scale's value -> how train.log says it
+
+
+def flushes_subnormals() -> bool:
+    """Whether this thread flushes subnormal floats now (a subnormal input reads as zero)."""
     import torch
 
+    return bool((torch.tensor(1e-40, dtype=torch.float32) * 1.0).item() == 0.0)
+
+
+def settle(threads: int | None = None, subnormals: str = "flush") -> dict:
+    """Where a cell starts, after torch's import: one thread (or ``threads``), oneDNN and NNPACK
+    off, subnormal floats flushed or kept (``subnormals``); then the record of what really runs
+    (see the module docstring)."""
+    import torch
+
+    if subnormals not in SUBNORMALS:
+        raise ValueError(f"subnormals (the scale's, in config.yaml): {subnormals!r} is not one of {sorted(SUBNORMALS)}")
     n = threads or THREADS
     torch.set_num_threads(n)
     torch.backends.mkldnn.enabled = False
     torch.backends.nnpack.set_flags(False)
+    torch.set_flush_denormal(subnormals == "flush")
+    flushed = flushes_subnormals()
     cap = torch.backends.cpu.get_cpu_capability()
     cpu = cpu_description()
     problems = []
@@ -122,7 +144,11 @@ def settle(threads: int | None = None) -> dict:
                         "pinned runs")
     if n != THREADS:
         problems.append(f"{n} threads, not {THREADS}: ATen's parallel reductions depend on the thread count")
+    if flushed != (subnormals == "flush"):
+        problems.append(f"subnormals {'flushed' if flushed else 'kept'}, not {SUBNORMALS[subnormals]} as the scale asks: "
+                        "this CPU cannot switch flush-to-zero")
     return {"pinned": not problems, "cpu_capability": cap, "threads": torch.get_num_threads(),
+            "subnormals": "flush" if flushed else "keep",
             "mkldnn": torch.backends.mkldnn.enabled, "nnpack": torch._C._get_nnpack_enabled(),
             "env": env, "torch": torch.__version__, "cpu": cpu, "problems": problems, "overridden": overridden()}
 
@@ -150,6 +176,7 @@ def describe(record: dict) -> str:
     env = " ".join(f"{k}={v}" for k, v in record["env"].items())
     head = "pinned" if record["pinned"] else "NOT pinned"
     line = (f"CPU numerics {head}: ATen {record['cpu_capability']}, {record['threads']} thread(s), "
+            f"subnormals {SUBNORMALS[record.get('subnormals', 'keep')]}, "
             f"oneDNN {'on' if record['mkldnn'] else 'off'}, NNPACK {'on' if record['nnpack'] else 'off'}, "
             f"{env}; torch {record['torch']} on {record['cpu']['model']}")
     line += "".join(f"\n  the caller's {k}={v} was replaced by the pin" for k, v in record.get("overridden", {}).items())
