@@ -1,6 +1,7 @@
 """arrepro.digest: what the code does, wherever it lives. A comment, a docstring, formatting, or a
 definition moved from one file of a rule to another (a refactor) leaves the digest alone; any
 change to what a statement does changes it."""
+import json
 import textwrap
 
 from arrepro.digest import source_digest
@@ -193,3 +194,50 @@ def test_only_what_a_job_can_run_counts(tmp_path):
     # a function the script defines counts though nothing calls it (a script counts whole)
     assert package(tmp_path / "j", {**files, "scripts/run.py": RUN + "\n\ndef unused():\n    return 1\n"}) != base
 
+
+
+# --------------------------------------------------------------------------- the parses' disk cache
+def test_a_cached_parse_is_the_parse_of_every_file_of_the_package(tmp_path, monkeypatch):
+    """arrepro.parsecache stores each file's parse as JSON: read back, it is the very parse (every
+    module and script of this repository), and the digests from a warm cache are those from none."""
+    from pathlib import Path
+
+    from arrepro import digest, parsecache
+
+    root = Path(__file__).resolve().parents[1]
+    files = sorted((root / "src").rglob("*.py")) + sorted((root / "scripts").glob("*.py")) + [root / "Snakefile"]
+    types = {"Unit": digest.Unit, "Parsed": digest.Parsed}
+    for f in files:
+        p = digest._read(f, f.read_bytes())
+        assert parsecache.decode(json.loads(json.dumps(parsecache.encode(p))), types) == p, f
+    monkeypatch.setenv("ARREPRO_CACHE_DIR", str(tmp_path / "cache"))
+    digest._parsed.cache_clear()
+    cold = source_digest(files)
+    assert len(list((tmp_path / "cache" / "digest").glob("*.json"))) == len(files)
+    digest._parsed.cache_clear()
+    assert source_digest(files) == cold
+
+
+def test_an_edit_or_a_damaged_entry_is_a_miss(tmp_path, monkeypatch):
+    """The key is the file's name and bytes (and the parser's source, and the Python): an edit
+    parses afresh; an entry that does not read back is parsed afresh and rewritten; a cache that
+    cannot be written changes no digest."""
+    from arrepro import digest
+
+    monkeypatch.setenv("ARREPRO_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    return 1\n")
+    digest._parsed.cache_clear()
+    one = source_digest([f])
+    (entry,) = (tmp_path / "cache" / "digest").glob("*.json")
+    f.write_text("def f():\n    return 2\n")
+    digest._parsed.cache_clear()
+    two = source_digest([f])
+    assert two != one and len(list(entry.parent.glob("*.json"))) == 2
+    f.write_text("def f():\n    return 1\n")
+    entry.write_text('{"@": "Parsed", "units": [')  # damaged
+    digest._parsed.cache_clear()
+    assert source_digest([f]) == one and json.loads(entry.read_text())["@"] == "Parsed"
+    monkeypatch.setenv("ARREPRO_CACHE_DIR", str(f))  # a file, not a folder: nothing can be written there
+    digest._parsed.cache_clear()
+    assert source_digest([f]) == one

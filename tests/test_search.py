@@ -1,5 +1,6 @@
 """The learning-rate search (arrepro.search.protocol) on hand-made accuracy curves: one test per case of the
 protocol, each run round by round as the workflow runs it (``search.run``)."""
+import functools
 import itertools
 import math
 import random
@@ -289,12 +290,18 @@ def test_a_spec_outside_its_range_or_with_foreign_search_seeds_or_a_short_budget
 
 
 # --------------------------------------------------------------------------- issue 30: no window the grid finds is missed
-def paper_spec(tier=None, seeds=SEEDS, **over):
-    """config.yaml's paper-scale `best` search for five seeds (or ``seeds``), as the workflow resolves it."""
+@functools.cache
+def repo_config() -> dict:
+    """config.yaml, parsed once per test process (read only: a search spec copies what it takes)."""
     import yaml
     from arrepro.config.paths import REPO_ROOT as REPO
+    return yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def paper_spec(tier=None, seeds=SEEDS, **over):
+    """config.yaml's paper-scale `best` search for five seeds (or ``seeds``), as the workflow resolves it."""
     from arrepro.search.rounds import search_spec
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg = repo_config()
     entry = {**cfg["lr_searches"]["best"], **over}
     start = cfg["lr_grids"][entry["start"]] if isinstance(entry["start"], str) else entry["start"]
     return search_spec(entry, start, seeds, 0.4375, 0.9, tier), [float(x) for x in cfg["lr_grids"]["fine"]]

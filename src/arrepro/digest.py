@@ -34,7 +34,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from arrepro import parsecache
+
 PACKAGE = "arrepro"
+_SELF = Path(__file__).read_bytes()  # this module's source: what a cached parse was made by
 # decorators that only wrap or describe what they decorate (no registration, no side effect): a
 # definition with only these counts only where named (``reached``)
 PURE_DECORATORS = frozenset({
@@ -235,9 +238,8 @@ def _is_main(node: ast.stmt) -> bool:
     return isinstance(node, ast.If) and ast.unparse(node.test) in ("__name__ == '__main__'", "'__main__' == __name__")
 
 
-def _read(path: str | Path) -> Parsed:
-    """``statements``, their ``Unit`` s and the file's imports, from one parse."""
-    data = Path(path).read_bytes()
+def _read(path: str | Path, data: bytes) -> Parsed:
+    """``statements``, their ``Unit`` s and the file's imports, from one parse of ``data`` (the file's bytes)."""
     if str(path).endswith(".py"):
         try:
             tree = ast.parse(data, filename=str(path))
@@ -272,7 +274,11 @@ def normalised_source(path: str | Path) -> bytes:
 
 @functools.lru_cache(maxsize=None)
 def _parsed(path: str, mtime_ns: int, size: int) -> Parsed:
-    return _read(path)
+    """``_read``, through the disk cache (arrepro.parsecache: keyed by the file's name and bytes and
+    by this module's own source, which parses it)."""
+    data = Path(path).read_bytes()
+    return parsecache.cached("digest", [Path(path).name, data, _SELF], lambda: _read(path, data),
+                             {"Unit": Unit, "Parsed": Parsed})
 
 
 def parse(path: str | Path) -> Parsed:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats
 
 LEVEL = 0.95           # the two-sided level of every interval the claims use
 SD_FLOOR = 0.01        # the least standard deviation over seeds a side is taken to have (docstring)
@@ -56,5 +55,7 @@ def welch(mean_a: float, sd_a: float, n_a: int, mean_b: float, sd_b: float, n_b:
     va, vb = max(sd_a, SD_FLOOR) ** 2 / n_a, max(sd_b, SD_FLOOR) ** 2 / n_b
     se2 = va + vb
     df = se2 ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1))
+    from scipy import stats  # not at the top: the Snakefile loads this module, and scipy.stats costs ~1 s a start
+
     half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(se2)
     return Interval(d, d - half, d + half, df)
