@@ -15,7 +15,7 @@ PACKAGE = "arrepro"
 
 # the stages in the order data flows; a module may import its own stage or an earlier one
 STAGES = {"base": 0, "config": 1, "search": 2, "train": 3, "report": 4, "cluster": 5}
-STAGE_OF = {"files": "base", "digest": "base", "planned": "base", "data": "base", "models": "train",
+STAGE_OF = {"files": "base", "digest": "base", "parsecache": "base", "planned": "base", "data": "base", "models": "train",
             "config": "config", "search": "search", "train": "train", "report": "report", "cluster": "cluster"}
 
 

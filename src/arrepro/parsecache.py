@@ -20,10 +20,9 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
-
-from arrepro.files import write_text_atomic
 
 
 def cache_dir() -> Path:
@@ -74,9 +73,21 @@ def cached(kind: str, key: list[bytes | str], compute: Callable[[], object], typ
     except (OSError, ValueError, KeyError, TypeError):  # none yet, or one that does not read back: a miss
         pass
     value = compute()
+    _store(path, json.dumps(encode(value)))
+    return value
+
+
+def _store(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a temporary file renamed; not arrepro.files.atomic_write,
+    whose module imports this one through arrepro.digest); a cache that cannot be written is passed by."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps(encode(value)))
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     except OSError:
-        pass
-    return value
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
