@@ -137,24 +137,9 @@ def test_the_scale_decides_whether_subnormals_flush(data, tmp_path, config):
     way (the thread's MXCSR bits, obeyed alike by every x86-64 CPU; the fused kernels' builds
     agree on inputs that underflow: test_fused_cpu_kernels_give_the_same_bits_from_every_build).
     A value the schema does not know is refused."""
-    import copy
+    from test_train import scale_key_reaches_every_spec
 
-    import jsonschema
-    import yaml
-
-    from arrepro.config.grid import Grid
-
-    g = Grid(config, "demo")
-    assert {g.cell_spec(**c.__dict__)["subnormals"] for c in g.all_cells()[:50]} == {"flush"}
-    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    c = copy.deepcopy(config)
-    c["scales"]["demo"]["subnormals"] = "keep"
-    jsonschema.validate(c, schema)
-    g = Grid(c, "demo")
-    assert g.cell_spec(**g.all_cells()[0].__dict__)["subnormals"] == "keep"
-    c["scales"]["demo"]["subnormals"] = "sometimes"
-    with pytest.raises(jsonschema.ValidationError, match="sometimes"):
-        jsonschema.validate(c, schema)
+    scale_key_reaches_every_spec(config, "subnormals", {"demo": "flush", "paper": "flush"}, "keep", "sometimes")
     for value, said in (("flush", "flushed"), ("keep", "kept")):
         spec = SPEC if value == "flush" else {**SPEC, "subnormals": value}  # SPEC leaves it out: the default
         r, _, out = run(data, tmp_path / value, {}, pinned=True, spec=spec)

@@ -147,9 +147,9 @@ def test_fp32_has_no_autocast_anywhere_and_bf16_autocasts_on_cuda():
         autocast_for("fp16", cuda, "x.precision")
 
 
-def test_precision_comes_from_the_scale(config):
-    """Scale key ``precision`` (default fp32) reaches every cell spec; the paper scale trains with
-    TF32 matmuls (issue 26: the paper's run times imply tensor cores), the demo in fp32."""
+def scale_key_reaches_every_spec(config, key: str, want: dict, other, bad) -> None:
+    """Scale key ``key`` reaches every cell spec (``want``: scale -> its value there); set to
+    ``other`` on the demo scale it is the demo cells', and the config schema refuses ``bad``."""
     import copy
 
     import jsonschema
@@ -159,18 +159,24 @@ def test_precision_comes_from_the_scale(config):
 
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
     jsonschema.validate(config, schema)
-    assert config["scales"]["paper"]["precision"] == "tf32"
-    for scale, want in (("paper", "tf32"), ("demo", "fp32")):
+    for scale, value in want.items():
         g = Grid(config, scale)
-        assert {g.cell_spec(**c.__dict__)["precision"] for c in g.all_cells()[:50]} == {want}
+        assert {g.cell_spec(**c.__dict__)[key] for c in g.all_cells()[:50]} == {value}
     c = copy.deepcopy(config)
-    c["scales"]["demo"]["precision"] = "bf16"
+    c["scales"]["demo"][key] = other
     jsonschema.validate(c, schema)
     g = Grid(c, "demo")
-    assert g.cell_spec(**g.all_cells()[0].__dict__)["precision"] == "bf16"
-    c["scales"]["demo"]["precision"] = "fp16"
-    with pytest.raises(jsonschema.ValidationError):
+    assert g.cell_spec(**g.all_cells()[0].__dict__)[key] == other
+    c["scales"]["demo"][key] = bad
+    with pytest.raises(jsonschema.ValidationError, match=bad):
         jsonschema.validate(c, schema)
+
+
+def test_precision_comes_from_the_scale(config):
+    """Scale key ``precision`` (default fp32) reaches every cell spec; the paper scale trains with
+    TF32 matmuls (issue 26: the paper's run times imply tensor cores), the demo in fp32."""
+    assert config["scales"]["paper"]["precision"] == "tf32"
+    scale_key_reaches_every_spec(config, "precision", {"paper": "tf32", "demo": "fp32"}, "bf16", "fp16")
 
 
 def test_warmup_then_cosine():
