@@ -10,7 +10,7 @@ from arrepro.config.checks import check_lr_lists, load_grid
 from arrepro.config.grid import ConfigError
 from arrepro.search import protocol
 from arrepro.search.rounds import Searches
-from test_search import SEEDS, grid_statistic, paper_spec, peak, reported, run
+from test_search import SEEDS, grid_statistic, paper_spec, peak, repo_config, reported, run
 
 
 # --------------------------------------------------------------------------- a search with one seed scans
@@ -119,12 +119,9 @@ def test_the_demos_search_finds_every_window_its_literal_grid_finds():
     within its budget, but in at most 3% of them (here: a seed-0 score over the learned threshold by
     noise, its window resolved, while the real one lies two decades away). Without the scan, on its
     budget of 9 cells before, it missed 57 of 125 here."""
-    import yaml
-    from arrepro.config.paths import REPO_ROOT
     from arrepro.search.rounds import search_spec
 
-    cfg = yaml.safe_load((REPO_ROOT / "config.yaml").read_text())
-    entry = cfg["lr_searches"]["demo_best"]
+    entry = repo_config()["lr_searches"]["demo_best"]
     seeds = (0, 1, 2)
     sp = search_spec(entry, entry["start"], seeds, 0.4375, 0.9)
     lattice = sp.literal_grid()
