@@ -41,6 +41,7 @@ update_config(config, COMMAND_LINE)  # (Snakemake reads a --config mapping's num
 share_package(ROOT)
 
 internals.install_group_components()  # Slurm bundles as the profile's group-components asks (Snakemake 9's merge fix)
+internals.install_one_reevaluation()  # one pending wake-up of the scheduler, not one more per finished job
 
 try:  # learning-rate lists explained (and YAML's 1e-3 taken as the number it is), then the schema
     check_lr_lists(config)

@@ -27,12 +27,22 @@ The rest of the package and the rule files use Snakemake's API only.
   object on every pass), chunks taken in a fixed order (by the cells' output paths), never the
   set's iteration order. Nothing else changes. It installs only on the Snakemake versions it was
   checked against, and says so otherwise (tests/test_slurm.py checks the bundles of a paper dry run).
+* ``install_one_reevaluation``: the scheduler's fix, installed by the Snakefile:
+  Snakemake 9.27's scheduler, after every pass over the ready jobs, starts a timer that wakes it
+  again after the job-rate limit's timespan (``--max-jobs-per-timespan``, 100/1s by default), so
+  that jobs the limit held back are submitted later. Each pass starts one, the passes the timers
+  wake included: every job that ends adds a chain of passes, one a second, that never stops, each
+  pass over every ready job. In the demo (440 cells, 610 jobs) its main process held 127 threads,
+  then 189 five seconds later, and had used 461 CPU-seconds 41 minutes into the run, most of them
+  in those passes (docs/demo.md). ``_schedule_reevaluation`` keeps one timer pending at most: a
+  pass within the timespan after any pass, as Snakemake intends, and no more.
 """
 from __future__ import annotations
 
 import inspect
 import os
 import sys
+import threading
 from collections import defaultdict
 
 from arrepro.train import runfile
@@ -171,4 +181,36 @@ def install_group_components() -> bool:
             or not hasattr(DAG, "_update_group_components"):
         return False
     DAG._update_group_components = _update_group_components
+    return True
+
+
+def _schedule_reevaluation(self, delay) -> None:
+    """Snakemake's JobScheduler._schedule_reevalutation, with one timer pending at most: a timer
+    that has not yet fired already wakes the scheduler within ``delay``."""
+    with _REEVALUATION:
+        if self.__dict__.get("_arrepro_pending"):
+            return
+        self._arrepro_pending = True
+
+    def fire():
+        with _REEVALUATION:
+            self._arrepro_pending = False
+        self._open_jobs.release()
+
+    threading.Timer(delay, fire).start()
+
+
+_REEVALUATION = threading.Lock()
+
+
+def install_one_reevaluation() -> bool:
+    """Replace the method (once); False, with a warning on stderr, on an unchecked Snakemake."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    if JobScheduler._schedule_reevalutation is _schedule_reevaluation:
+        return True
+    if not checked("the scheduler's fix: every pass starts another chain of re-evaluations, as Snakemake does") \
+            or not hasattr(JobScheduler, "_schedule_reevalutation"):
+        return False
+    JobScheduler._schedule_reevalutation = _schedule_reevaluation
     return True
