@@ -171,17 +171,23 @@ def _update_group_components(self) -> None:
         group.finalize()
 
 
+def _install(owner, name: str, replacement, what: str) -> bool:
+    """Replace the method ``owner.name`` by ``replacement`` (once); False, with a warning on
+    stderr saying ``what`` then stays as Snakemake does it, on an unchecked Snakemake."""
+    if getattr(owner, name, None) is replacement:
+        return True
+    if not checked(what) or not hasattr(owner, name):
+        return False
+    setattr(owner, name, replacement)
+    return True
+
+
 def install_group_components() -> bool:
-    """Replace the method (once); False, with a warning on stderr, on an unchecked Snakemake."""
+    """The Slurm bundles' fix (module docstring); False on an unchecked Snakemake."""
     from snakemake.dag import DAG
 
-    if DAG._update_group_components is _update_group_components:
-        return True
-    if not checked("the group-components workaround: bundles of Slurm jobs are as Snakemake forms them") \
-            or not hasattr(DAG, "_update_group_components"):
-        return False
-    DAG._update_group_components = _update_group_components
-    return True
+    return _install(DAG, "_update_group_components", _update_group_components,
+                    "the group-components workaround: bundles of Slurm jobs are as Snakemake forms them")
 
 
 def _schedule_reevaluation(self, delay) -> None:
@@ -204,13 +210,8 @@ _REEVALUATION = threading.Lock()
 
 
 def install_one_reevaluation() -> bool:
-    """Replace the method (once); False, with a warning on stderr, on an unchecked Snakemake."""
+    """The scheduler's fix (module docstring); False on an unchecked Snakemake."""
     from snakemake.scheduling.job_scheduler import JobScheduler
 
-    if JobScheduler._schedule_reevalutation is _schedule_reevaluation:
-        return True
-    if not checked("the scheduler's fix: every pass starts another chain of re-evaluations, as Snakemake does") \
-            or not hasattr(JobScheduler, "_schedule_reevalutation"):
-        return False
-    JobScheduler._schedule_reevalutation = _schedule_reevaluation
-    return True
+    return _install(JobScheduler, "_schedule_reevalutation", _schedule_reevaluation,
+                    "the scheduler's fix: every pass starts another chain of re-evaluations, as Snakemake does")
