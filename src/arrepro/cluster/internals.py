@@ -190,11 +190,14 @@ def install_group_components() -> bool:
                     "the group-components workaround: bundles of Slurm jobs are as Snakemake forms them")
 
 
+_REEVALUATION = threading.Lock()  # guards each scheduler's pending flag (its timer's thread and the scheduler's)
+
+
 def _schedule_reevaluation(self, delay) -> None:
     """Snakemake's JobScheduler._schedule_reevalutation, with one timer pending at most: a timer
     that has not yet fired already wakes the scheduler within ``delay``."""
     with _REEVALUATION:
-        if self.__dict__.get("_arrepro_pending"):
+        if getattr(self, "_arrepro_pending", False):
             return
         self._arrepro_pending = True
 
@@ -204,9 +207,6 @@ def _schedule_reevaluation(self, delay) -> None:
         self._open_jobs.release()
 
     threading.Timer(delay, fire).start()
-
-
-_REEVALUATION = threading.Lock()
 
 
 def install_one_reevaluation() -> bool:
