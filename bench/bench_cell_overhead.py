@@ -28,16 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_cpu_throughput import SAMPLE  # noqa: E402
+from bench_cpu_throughput import sample_specs  # noqa: E402
 
-from arrepro.config.checks import load_grid  # noqa: E402
-from arrepro.data import save_task  # noqa: E402
 from arrepro.train import server  # noqa: E402
 
 # (label, module, function): what the child times; the steps are _train_epoch's, the rest the fixed cost
@@ -95,9 +91,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-3)
     a = ap.parse_args()
-    grid = load_grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "demo")
-    tasks = {t["name"]: key for key, t in grid.tasks.items()}
-    recipes = {r["name"]: key for key, r in grid.recipes.items()}
     t0 = time.process_time()
     server._warm_up()
     print(f"warm-up (once per training server, not per cell): {time.process_time() - t0:.1f} CPU-s", flush=True)
@@ -107,19 +100,14 @@ def main() -> None:
         tmp = Path(tmp)
         runs: dict[str, list[dict]] = {}
         for r in range(a.rounds):
-            for task, model, width, layers, recipe in SAMPLE:
-                cell = grid.cell_spec(tasks[task], model, width, layers, recipes[recipe], a.lr, 0)
-                cell = {**cell, "recipe_def": {**cell["recipe_def"], "early_stop_accuracy": None}}
-                data = tmp / "data" / cell["task"]
-                if not data.exists():
-                    save_task(cell["task_def"], data)
-                out = tmp / f"r{r}-{task}-{model}-{width}x{layers}"
+            for i, (label, cell) in enumerate(sample_specs(a.lr, tmp / "data")):
+                out = tmp / f"r{r}-{i}"
                 out.mkdir()
-                argv = ["--cell-json", json.dumps(cell), "--data", str(data), "--out", str(out), "--threads", "1",
-                        "--train-log", str(out / "train.log")]
-                runs.setdefault(f"{task} {model} {width}x{layers}", []).append(train_in_child(argv))
+                argv = ["--cell-json", json.dumps(cell), "--data", str(tmp / "data" / cell["task"]), "--out", str(out),
+                        "--threads", "1", "--train-log", str(out / "train.log")]
+                runs.setdefault(label, []).append(train_in_child(argv))
         print(f"\nCPU-seconds of each phase (median of {a.rounds} round(s)); fixed = every phase but the steps\n")
-        head = f"{'cell':26}" + "".join(f"{label:>12}" for label in labels) + f"{'other':>8}{'total':>8}{'fixed':>8}"
+        head = f"{'cell':34}" + "".join(f"{label:>12}" for label in labels) + f"{'other':>8}{'total':>8}{'fixed':>8}"
         print(head)
         fixed_all = total_all = 0.0
         for name, results in runs.items():
@@ -128,7 +116,7 @@ def main() -> None:
             fixed = med["total"] - med["steps"]
             fixed_all, total_all = fixed_all + fixed, total_all + med["total"]
             rows.append(name)
-            print(f"{name:26}" + "".join(f"{med[k]:12.2f}" for k in labels)
+            print(f"{name:34}" + "".join(f"{med[k]:12.2f}" for k in labels)
                   + f"{other:8.2f}{med['total']:8.1f}{100 * fixed / med['total']:7.1f}%")
         print(f"\nall {len(rows)} cells: {total_all:.1f} CPU-s, of which outside the steps {fixed_all:.1f} "
               f"({100 * fixed_all / total_all:.1f}%)")

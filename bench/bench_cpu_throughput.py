@@ -205,20 +205,27 @@ class Server:
         return cpu
 
 
-def cells_part(baseline: str, lr: float) -> None:
+def sample_specs(lr: float, data: Path) -> list[tuple[str, dict]]:
+    """(label, cell spec) of every ``SAMPLE`` cell at ``lr`` and seed 0, every epoch of its recipe
+    (no early stop); each task's data saved under ``data`` (once)."""
     grid = load_grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "demo")
+    tasks = {t["name"]: key for key, t in grid.tasks.items()}  # the grid keys its tasks and recipes by a hash
+    recipes = {r["name"]: key for key, r in grid.recipes.items()}
+    out = []
+    for task, model, width, layers, recipe in SAMPLE:
+        cell = grid.cell_spec(tasks[task], model, width, layers, recipes[recipe], lr, 0)
+        out.append((f"{task} {model} {width}x{layers} ({recipe})",
+                    {**cell, "recipe_def": {**cell["recipe_def"], "early_stop_accuracy": None}}))
+        if not (data / cell["task"]).exists():
+            save_task(cell["task_def"], data / cell["task"])
+    return out
+
+
+def cells_part(baseline: str, lr: float) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_cpu_") as tmp:
         tmp = Path(tmp)
         trees = {baseline: export(baseline, tmp / "old"), "this tree": snapshot(tmp / "new")}
-        specs, labels = [], []
-        tasks = {t["name"]: key for key, t in grid.tasks.items()}  # the grid keys its tasks and recipes by a hash
-        recipes = {r["name"]: key for key, r in grid.recipes.items()}
-        for task, model, width, layers, recipe in SAMPLE:
-            cell = grid.cell_spec(tasks[task], model, width, layers, recipes[recipe], lr, 0)
-            specs.append({**cell, "recipe_def": {**cell["recipe_def"], "early_stop_accuracy": None}})
-            labels.append(f"{task} {model} {width}x{layers} ({recipe})")
-            if not (tmp / "data" / cell["task"]).exists():
-                save_task(cell["task_def"], tmp / "data" / cell["task"])
+        labels, specs = zip(*sample_specs(lr, tmp / "data"))
         for tree in trees.values():  # not counted: compile (or load) each tree's numba kernels once
             subprocess.run([sys.executable, "-c", "from arrepro.train import server; server._warm_up()"], check=True,
                            env={**os.environ, "PYTHONPATH": str(tree / "src")}, stdout=subprocess.DEVNULL)
