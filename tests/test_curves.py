@@ -66,9 +66,29 @@ def test_one_seed_that_learned_at_an_edge_keeps_it_open():
     assert 3.16e-2 in state.scores
 
 
-def test_a_curve_that_learns_nowhere_trains_its_start_grid_only():
+def test_a_curve_without_a_scan_that_learns_nowhere_trains_its_start_grid_only():
     rounds, state, _ = P.run(spec(), world(1.0, 1.0))
     assert len(rounds) == 1 and state.outcome == "not learned"
+
+
+SCAN = {"scan": 0.5, "scan_range": [1e-4, 1e-1], "scan_seeds": 3}
+
+
+def test_a_curve_at_chance_on_its_start_grid_scans_a_ring_a_round_on_every_seed():
+    """Nothing learned at 1e-3..1e-2: the next lattice step out on both sides, every seed; a window
+    found there is closed as any other."""
+    rounds, state, _ = P.run(spec(**SCAN), world(3.16e-2, 3.16e-2))
+    assert [(r.kind, len(r.cells)) for r in rounds] == [("start", 9), ("scan", 6), ("refine", 3)]
+    assert sorted(rounds[1].cells) == [(lr, s) for lr in (3.16e-4, 3.16e-2) for s in (0, 1, 2)]
+    assert all(k == 3 for k, _ in state.scores.values())  # still every seed at every rate
+    w = P.state_window(spec(**SCAN), state)
+    assert (w.below, w.lo, w.hi, w.above) == (1e-2, 3.16e-2, 3.16e-2, 1e-1) and state.outcome == "closed"
+
+
+def test_a_scanning_curve_that_learns_nowhere_says_so_after_the_literal_grid_of_its_span():
+    rounds, state, results = P.run(spec(**SCAN), world(1.0, 1.0))
+    assert [r.kind for r in rounds] == ["start", "scan", "scan"] and state.outcome == "not learned"
+    assert sorted(results) == [(lr, s) for lr in (1e-4, 3.16e-4, 1e-3, 3.16e-3, 1e-2, 3.16e-2, 1e-1) for s in (0, 1, 2)]
 
 
 # --------------------------------------------------------------------------- the demo's curves
@@ -111,6 +131,24 @@ def test_every_demo_curve_ends_with_its_window_closed_or_bounded_by_its_range():
             if not (ok_lo and ok_hi):
                 bad.append(f"{exp} {key}: world [{lo:.3g}, {hi:.3g}] seeds failing {fail}: {w.short()}")
     assert not bad, "windows left open:\n" + "\n".join(bad[:20])
+
+
+def test_every_demo_curve_finds_every_window_the_literal_grid_of_its_scan_finds():
+    """A window anywhere on 1e-4..1e-1 (the scan's span) that the literal grid there finds (a mean
+    over the seeds at or above the learned threshold at one of its rates) the curve finds too: a
+    curve at chance on its start grid scans (before, it said "not learned" after three rates)."""
+    missed = []
+    for key, (exp, s) in demo_curves().items():
+        lo_s, hi_s = s.spec.scan_span
+        lattice = [p for p, _ in s.spec.scan_points()]
+        assert s.spec.scan and lattice and min(lattice) == lo_s and max(lattice) == hi_s, f"{exp}: a curve without a scan"
+        for lo, hi, fail in worlds():
+            acc = world(lo, hi, floor=0.2, seed_fail=fail)
+            grid = any(sum(acc(lr, x) for x in s.spec.seeds) / len(s.spec.seeds) >= LEARNED for lr in lattice)
+            _, state, _ = P.run(s.spec, acc)
+            if grid and state.outcome == "not learned":
+                missed.append(f"{exp} {key}: world [{lo:.3g}, {hi:.3g}] seeds failing {fail}")
+    assert not missed, "windows the literal grid finds and the curve misses:\n" + "\n".join(missed[:20])
 
 
 def test_the_check_can_fail_on_a_curve_that_does_not_close():

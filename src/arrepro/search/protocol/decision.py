@@ -7,7 +7,7 @@ import math
 from arrepro.search.protocol.evidence import Evidence, best
 from arrepro.search.protocol.ladder import _finish_reserve, _ladder_cost, _lift, climb, contenders, explore_level
 from arrepro.search.protocol.refine import _peak, _plateau, _thin_neighbours, curve_edges, explore
-from arrepro.search.protocol.scan import scan_round
+from arrepro.search.protocol.scan import curve_scan_round, scan_round
 from arrepro.search.protocol.spec import Round, SearchSpec, State, _lrs
 
 
@@ -70,7 +70,8 @@ def decide(spec: SearchSpec, rounds: list[Round], results: dict) -> tuple[Round 
     rounds_left = spec.max_rounds - (len(rounds) - 1)
     if (spec.scan and not ev.learned_any and not ev.all_diverged and rounds_left >= 1 + bool(spec.ladder)
             and sum(r.kind == "scan" for r in rounds) < spec.scan_rounds):
-        cells, why = scan_round(spec, ev, left, sum(r.kind == "scan" for r in rounds))
+        scan = curve_scan_round if spec.close else scan_round  # a curve's on every seed
+        cells, why = scan(spec, ev, left, sum(r.kind == "scan" for r in rounds))
         if cells:
             return Round("scan", cells, why), state_of(spec, ev, "refine")
     if rounds_left >= 1 + bool(spec.ladder) and sum(r.kind == "refine" for r in rounds) < spec.rounds:

@@ -1,5 +1,6 @@
 """The scan: while nothing has learned on any seed, the range looked at on a lattice (``scan``
-decades through the start grid's lowest point), ring by ring and seed by seed."""
+decades through the start grid's lowest point), ring by ring and seed by seed; a curve's
+(``close``) ring by ring on every seed."""
 from __future__ import annotations
 
 from arrepro.search.protocol.evidence import Evidence
@@ -45,4 +46,29 @@ def scan_round(spec: SearchSpec, ev: Evidence, left: int, k: int) -> tuple[list[
     why = (f"nothing learned on the seeds so far: the scan ({spec.scan:.3g} decades apart over [{lo:g}, {hi:g}]), "
            f"round {k + 1}: " + "; ".join(f"seed {s} at {_lrs(sorted(ps))}" for s, ps in by_seed.items())
            + (f" ({len(want) - len(cells)} left out: the budget)" if len(want) > len(cells) else ""))
+    return cells, why
+
+
+def curve_scan_round(spec: SearchSpec, ev: Evidence, left: int, k: int) -> tuple[list[tuple[float, int]], str]:
+    """A curve's ``k``-th scan round (``close``: every seed at every learning rate), while nothing
+    has learned on any seed: the scan points of rings up to k + 1 not yet trained, each on every
+    seed (``scan_seeds`` does not apply: a curve has every seed everywhere), nearest ring first, as
+    many points as fit in ``left`` cells. So a curve at chance at its start grid looks one lattice
+    step further out on both sides a round, and ends "not learned" only after the scan's whole span,
+    as the literal grid over that span would; once a seed learns, the curve closes its edges."""
+    n = len(spec.seeds)
+    want = sorted((ring, p) for p, ring in spec.scan_points() if ring <= k + 1 and _seeds_at(ev, p) < n)
+    cells, points = [], []
+    for ring, p in want:
+        new = [(p, s) for s in spec.seeds[_seeds_at(ev, p):]]
+        if len(cells) + len(new) > left:
+            break
+        cells += new
+        points.append(p)
+    if not cells:
+        return [], ""
+    lo, hi = spec.scan_span
+    why = (f"nothing learned on any seed so far: the curve's scan ({spec.scan:.3g} decades apart over [{lo:g}, {hi:g}]), "
+           f"round {k + 1}: {_lrs(sorted(points))} on every seed"
+           + (f" ({len(want) - len(points)} left out: the budget)" if len(want) > len(points) else ""))
     return cells, why
