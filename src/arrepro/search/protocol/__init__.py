@@ -48,7 +48,8 @@ Its modules, one concern each, in the order they import one another:
 
 spec        the spec (``SearchSpec``), a round (``Round``), the state (``State``), the units (decades)
 evidence    what the rounds so far trained (``Evidence``): scores, bounds, the best of a set of means
-scan        the scan while nothing has learned: its lattice and its rounds
+scan        the scan while nothing has learned: its lattice and its rounds (a curve's: a ring a
+            round on every seed, ``curve_scan_round``)
 ladder      the seeds: the ladder, contenders and the round that climbs them (``climb``)
 refine      refinement: the learning rates the evidence wants next (``explore``)
 decision    the next round and the state (``decide``), a whole search (``run``)
@@ -62,6 +63,6 @@ from arrepro.search.protocol.evidence import Evidence, best, means
 from arrepro.search.protocol.goodwindow import Window, state_window, wider, window
 from arrepro.search.protocol.ladder import climb, contenders
 from arrepro.search.protocol.refine import explore
-from arrepro.search.protocol.scan import scan_round
+from arrepro.search.protocol.scan import curve_scan_round, scan_round
 from arrepro.search.protocol.spec import (EXACT, KINDS, LOG_EPS, MAX_SCAN_POINTS, MIN_SCAN, RES_TOL, Round,
                                           SearchSpec, SpecError, State, decades, midpoint, snap)
