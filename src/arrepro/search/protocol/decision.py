@@ -68,10 +68,11 @@ def decide(spec: SearchSpec, rounds: list[Round], results: dict) -> tuple[Round 
     ev = Evidence.of(spec, rounds, results)
     left = spec.max_cells() - ev.cells()
     rounds_left = spec.max_rounds - (len(rounds) - 1)
+    scans = sum(r.kind == "scan" for r in rounds)
     if (spec.scan and not ev.learned_any and not ev.all_diverged and rounds_left >= 1 + bool(spec.ladder)
-            and sum(r.kind == "scan" for r in rounds) < spec.scan_rounds):
+            and scans < spec.scan_rounds):
         scan = curve_scan_round if spec.close else scan_round  # a curve's on every seed
-        cells, why = scan(spec, ev, left, sum(r.kind == "scan" for r in rounds))
+        cells, why = scan(spec, ev, left, scans)
         if cells:
             return Round("scan", cells, why), state_of(spec, ev, "refine")
     if rounds_left >= 1 + bool(spec.ladder) and sum(r.kind == "refine" for r in rounds) < spec.rounds:

@@ -57,10 +57,11 @@ def curve_scan_round(spec: SearchSpec, ev: Evidence, left: int, k: int) -> tuple
     step further out on both sides a round, and ends "not learned" only after the scan's whole span,
     as the literal grid over that span would; once a seed learns, the curve closes its edges."""
     n = len(spec.seeds)
-    want = sorted((ring, p) for p, ring in spec.scan_points() if ring <= k + 1 and _seeds_at(ev, p) < n)
+    want = sorted((ring, p, had) for p, ring in spec.scan_points() if ring <= k + 1
+                  for had in [_seeds_at(ev, p)] if had < n)
     cells, points = [], []
-    for ring, p in want:
-        new = [(p, s) for s in spec.seeds[_seeds_at(ev, p):]]
+    for _, p, had in want:
+        new = [(p, s) for s in spec.seeds[had:]]
         if len(cells) + len(new) > left:
             break
         cells += new
