@@ -321,6 +321,25 @@ def test_cpu_kernel_path_is_recorded_and_a_failed_kernel_falls_back_loudly(monke
     assert torch.allclose(y, y2, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_a_cpu_kernels_first_use_under_no_grad_still_runs_the_kernel(monkeypatch, mode):
+    """The self-check takes gradients: a process whose first kernel call is an evaluation (under
+    no_grad or inference_mode) once recorded every CPU kernel as portable ("element 0 of tensors
+    does not require grad") for the rest of its life."""
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    lm = build_lm("mamba", layers=1)
+    _cpu_kernel_or_skip(lm.layers[0].mixer)
+    monkeypatch.setattr(kernels, "_cpu_checked", {})
+    monkeypatch.setattr(kernels, "_decisions", {})
+    lm = build_lm("mamba", layers=1)
+    x = torch.randint(0, 64, (B, L))
+    with mode():
+        lm(x)
+    recs = {r["op"]: r for r in kernels.paths_used(lm)}
+    assert recs["mamba.mamba_cpu"]["path"] == "kernel", recs["mamba.mamba_cpu"]
+    assert all(r["path"] == "kernel" for op, r in recs.items() if op.endswith("_cpu")), recs
+
+
 def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
     """The train rule's code digest and the checkpoint fingerprint (grid.train_sources) cover the
     fused CPU kernel a mixer names and what that file imports, for that mixer's cells only, and
@@ -336,3 +355,10 @@ def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
     assert not mamba & set(train_sources("attention", root))
     assert not {k + "attention_cpu.py"} & set(train_sources("mamba", root))
     assert all((root / f).is_file() for f in train_sources("mamba", root))
+    # a GPU cell never runs a CPU kernel (they take CPU tensors only): its sources leave them out,
+    # so a CPU kernel's edit does not rerun the GPU grid; "auto" may train on the CPU and keeps them
+    for mixer in ("mamba", "attention", "hyena"):
+        cpu, gpu = set(train_sources(mixer, root)), set(train_sources(mixer, root, "cuda"))
+        assert gpu < cpu and {f for f in cpu - gpu if not f.startswith(k)} == set(), mixer
+        assert not [f for f in gpu if f.startswith(k)], mixer
+        assert set(train_sources(mixer, root, "auto")) == cpu

@@ -75,8 +75,9 @@ def script_code(script, *extra):
 
 @functools.lru_cache(maxsize=None)
 def train_code(mixer):
-    """The code digest of a cell of this mixer (once per mixer, not per cell)."""
-    return code(*train_sources(mixer, ROOT))
+    """The code digest of a cell of this mixer on this scale's device (once per mixer, not per
+    cell; a GPU scale's leaves the fused CPU kernels out: arrepro.config.catalogue.train_sources)."""
+    return code(*train_sources(mixer, ROOT, GRID.device))
 
 
 def missing_cell_files():

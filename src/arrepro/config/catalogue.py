@@ -117,7 +117,7 @@ def data_sources(root: str | Path = ".") -> list[str]:
     return script_sources(DATA_SCRIPT, root)
 
 
-def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
+def train_sources(mixer: str, root: str | Path = ".", device: str = "cpu") -> list[str]:
     """Source files (relative to the repository root) that shape a cell of this mixer: the one
     definition of a cell's code. The train rule records their code digest as a param and a
     checkpoint records it in its fingerprint: a checkpoint is resumed only if they are unchanged,
@@ -127,16 +127,23 @@ def train_sources(mixer: str, root: str | Path = ".") -> list[str]:
     modules that the package imports by name rather than by an import statement: the mixer's own
     file (``models.registry.get_mixer``), with what it imports (a sibling mixer's base class,
     ...), and the fused CPU kernel a mixer file names (``cpu_kernel_name = "k"``:
-    models/cpu_kernels/k.py, loaded by ``models.kernels``), with what that imports."""
-    return list(_train_sources(mixer, str(root)))
+    models/cpu_kernels/k.py, loaded by ``models.kernels``), with what that imports.
+
+    ``device``: the cell's (its scale's ``device``). A fused CPU kernel runs on CPU tensors only
+    (``models.kernels``), so a ``cuda`` cell's sources leave them out: an edit of a CPU kernel
+    reruns the CPU cells, not the GPU grid. ``cpu`` and ``auto`` (which may train on the CPU)
+    keep them."""
+    return list(_train_sources(mixer, str(root), device != "cuda"))
 
 
-def _train_sources(mixer: str, root: str) -> tuple[str, ...]:
+def _train_sources(mixer: str, root: str, cpu_kernels: bool = True) -> tuple[str, ...]:
     module = f"{PACKAGE}.models.mixers.{mixer}"
     starts = [(TRAIN_SCRIPT, None)]
     path = _module_file(root, module)
     if path is not None:
         starts.append((path, module))
+    if not cpu_kernels:
+        return _sources(root, tuple(starts))
     named = []
     for f in _sources(root, tuple(starts)):  # a fused CPU kernel named by a model file (a mixer, ops.py)
         if f.startswith(f"{PACKAGE_DIR}/models/"):

@@ -153,6 +153,11 @@ class Grid:
         return f"{self.out}/tables/{exp}_{kind}.csv"
 
     @property
+    def device(self) -> str:
+        """The device this scale's cells train on (``cpu``, ``cuda`` or ``auto``)."""
+        return defaults.scale(self.scale, "device")
+
+    @property
     def cells_table(self) -> str:
         """Every cell of the scale once (rule cells_table)."""
         return f"{self.out}/tables/cells.csv"
@@ -246,7 +251,7 @@ class Grid:
             "model": model, "model_def": without_card(m), "width": int(width), "layers": int(layers),
             "recipe": recipe, "recipe_def": {k: v for k, v in r.items() if k != "name"},
             "batch_size": self.batch_size(r, t), "lr": float(lr), "seed": int(seed),
-            "device": defaults.scale(self.scale, "device"), "precision": defaults.scale(self.scale, "precision"),
+            "device": self.device, "precision": defaults.scale(self.scale, "precision"),
             "subnormals": defaults.scale(self.scale, "subnormals"),
             "cost_factor": card_of(self.models, model).cost,  # not its identity (``identity``)
         }

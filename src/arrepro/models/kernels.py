@@ -219,12 +219,14 @@ def function(name: str) -> Callable:
 
 def _cpu_kernel(name: str, dtype: torch.dtype) -> tuple[Callable | None, str]:
     """A fused CPU kernel after its module's ``self_check`` for ``dtype`` (once per process), or
-    None and why not."""
+    None and why not. The check takes gradients, so it runs with autograd on whatever mode the
+    first call comes in (an evaluation under ``torch.no_grad`` or ``inference_mode``)."""
     k = KERNELS[name]
     if (name, dtype) not in _cpu_checked:
         try:
             mod = importlib.import_module(k.module)
-            _cpu_checked[name, dtype] = mod.self_check(dtype)
+            with torch.inference_mode(False), torch.enable_grad():
+                _cpu_checked[name, dtype] = mod.self_check(dtype)
             _functions[name] = getattr(mod, k.attr)
         except Exception as err:  # noqa: BLE001 - any failure means the portable path, recorded
             _cpu_checked[name, dtype] = err

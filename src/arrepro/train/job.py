@@ -110,7 +110,7 @@ def check_code(spec: dict) -> None:
             get_mixer(mixer)  # its module imported: the code that runs is the code checked
         except (KeyError, ValueError, ImportError):
             return  # (the trainer names an unknown mixer itself)
-        check_planned_code(paths=train_sources(mixer, ROOT))
+        check_planned_code(paths=train_sources(mixer, ROOT, spec.get("device", "cpu")))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -147,7 +147,7 @@ def fingerprint(spec: dict, data_dir: str | Path) -> str:
     parts = {
         "spec": spec,
         "data": data,
-        "train_code": source_digest(train_sources(spec["model_def"]["mixer"], repo), repo),
+        "train_code": source_digest(train_sources(spec["model_def"]["mixer"], repo, spec["device"]), repo),
         "data_code": source_digest(data_sources(repo), repo),
     }
     return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()
