@@ -151,6 +151,46 @@ def test_every_demo_curve_finds_every_window_the_literal_grid_of_its_scan_finds(
     assert not missed, "windows the literal grid finds and the curve misses:\n" + "\n".join(missed[:20])
 
 
+def test_a_closed_curves_good_window_has_its_edges_bracketed_to_its_resolution():
+    """With ``window``, a closed curve brackets each edge of its good window by the midpoint to its
+    nearest tried neighbour outside (one round, both edges at once, every seed), so the window's
+    bounds tighten from the lattice's half decade to a quarter."""
+    s = spec(window=True, resolution=0.25)
+    assert s.rounds == spec().rounds + 1
+    rounds, state, _ = P.run(s, world(3.16e-3, 1e-2))  # good at 3.16e-3 and 1e-2 on the lattice
+    assert [r.kind for r in rounds] == ["start", "refine", "refine"]  # closed above (3.16e-2), then the window
+    last = rounds[-1]
+    assert sorted({lr for lr, _ in last.cells}) == [1.78e-3, 1.78e-2] and len(last.cells) == 6
+    assert "lower edge" in last.reason and "upper edge" in last.reason
+    w = P.state_window(s, state)
+    assert (w.below, w.lo, w.hi, w.above) == (1.78e-3, 3.16e-3, 1e-2, 1.78e-2)
+    assert abs(w.width_max - 1.0) < 0.01  # 1.5 decades at most before
+    without = P.state_window(spec(), P.run(spec(), world(3.16e-3, 1e-2))[1])
+    assert (without.below, without.above) == (1e-3, 3.16e-2)
+    # a midpoint that is good moves the edge out; a curve with no good rate brackets nothing
+    _, state, _ = P.run(s, world(1.7e-3, 1e-2))
+    assert P.state_window(s, state).lo == 1.78e-3
+    rounds, state, _ = P.run(s, world(3.16e-3, 1e-2, peak=0.8))
+    assert [r.kind for r in rounds] == ["start", "refine"] and state.outcome == "closed"
+
+
+def test_every_demo_curves_good_window_is_resolved_to_a_quarter_decade():
+    """The demo's curves: wherever the world puts a window, its good edges end within a quarter
+    decade of the nearest rate that is not good (or at the range's bound)."""
+    bad = []
+    for key, (exp, s) in demo_curves().items():
+        assert s.spec.window and s.spec.resolution == 0.25, f"{exp}: its curve does not resolve its window"
+        for lo, hi, fail in worlds():
+            _, state, _ = P.run(s.spec, world(lo, hi, floor=0.2, seed_fail=fail))
+            w = P.state_window(s.spec, state)
+            if w.status != "window":
+                continue
+            for edge, nb in ((w.lo, w.below), (w.hi, w.above)):
+                if nb is not None and abs(math.log10(nb / edge)) > 0.25 + 1e-3:
+                    bad.append(f"{exp} {key}: world [{lo:.3g}, {hi:.3g}] seeds failing {fail}: {w.short()}")
+    assert not bad, "windows not resolved:\n" + "\n".join(bad[:20])
+
+
 def test_the_check_can_fail_on_a_curve_that_does_not_close():
     s = next(iter(demo_curves().values()))[1]
     import dataclasses

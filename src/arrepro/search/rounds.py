@@ -38,7 +38,7 @@ from arrepro.config.grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, sch
 from arrepro.files import UnreadableFile
 from arrepro.search.plans import Plan, write_report
 from arrepro.search.protocol import Round, SearchSpec, SpecError, State, cells_of, decide, state_window
-from arrepro.search.protocol.spec import close_rounds
+from arrepro.search.protocol.spec import close_rounds, window_rounds
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 PROTOCOLS = ("search", "grid")
@@ -257,8 +257,11 @@ def search_spec(entry: dict, start, seeds, learned: float, good: float, tier: st
         ladder.append((len(seeds), int(d["ladder"][-1][1])))
     lo, hi = (float(x) for x in d.get("range", (min(start), max(start))))
     rounds, per_round = int(d["rounds"]), int(d["per_round"])
-    if d.get("close"):  # a curve closes its edges: a round per lattice step to the farther bound, both sides at once
-        rounds, per_round = close_rounds([float(x) for x in start], lo, hi, float(d["resolution"])), 2
+    if d.get("close"):  # a curve closes its edges: a round per lattice step to the farther bound, both sides at once;
+        # with a window, then its good window's edges, a halving of the gap a round, both at once
+        first = [float(x) for x in start]
+        rounds, per_round = close_rounds(first, lo, hi, float(d["resolution"])), 2
+        rounds += window_rounds(first, float(d["resolution"])) if d["window"] else 0
     return SearchSpec(tuple(sorted(float(x) for x in start)), lo, hi, float(d["resolution"]), rounds,
                       per_round, search, seeds, bool(d["window"]), tuple(ladder), int(d["budget"]),
                       float(d["plateau"]), learned, good, float(d["scan"]), int(d["scan_seeds"]),

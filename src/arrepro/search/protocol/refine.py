@@ -1,6 +1,7 @@
 """Refinement: the learning rates the evidence wants next on the search seeds (``explore``): a
 best on the edge of what was tried extended, midpoints bracketing the best and the good window's
-edges, and the best's outcome on each side (``_peak``)."""
+edges, and the best's outcome on each side (``_peak``); a curve's edges closed (``curve_edges``),
+then its good window's edges bracketed (``window_edges``)."""
 from __future__ import annotations
 
 import math
@@ -105,6 +106,22 @@ def curve_edges(spec: SearchSpec, ev: Evidence) -> tuple[list[float], list[str],
     return new, why, sides
 
 
+def window_edges(spec: SearchSpec, ev: Evidence) -> tuple[list[float], list[str]]:
+    """A closed curve's good window (the learning rates whose mean over every seed reaches
+    ``good``): each edge bracketed by the midpoint to its nearest tried neighbour outside, while
+    that neighbour is more than ``resolution`` decades away. The new learning rates (nothing tried
+    twice) and why; none without a good learning rate."""
+    tried, full = ev.tried, ev.full()
+    good = [lr for lr in tried if full.get(lr, -1.0) >= spec.good]
+    new, why = [], []
+    for x, direction in ((good[0], -1), (good[-1], 1)) if good else ():
+        ys, kind = _side(x, tried, direction, spec, 1)
+        if kind == "gap":
+            new += [y for y in ys if all(decades(y, t) > LOG_EPS for t in tried + new)]
+            why.append(_why(kind, f"the good window's {'lower' if direction < 0 else 'upper'} edge, {x:.3g},", direction, ys))
+    return new, why
+
+
 def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[list[float], str]:
     """The learning rates the evidence wants next on the search seeds (at most ``per_round``,
     nothing tried twice), and why; ([], why) when it wants none."""
@@ -117,6 +134,9 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
         return new, f"every cell diverged: extend below the lowest, {tried[0]:.3g}, to {_lrs(new)}"
     if spec.close:  # a curve: only its edges, until both are closed or bounded by the range
         new, why, _ = curve_edges(spec, ev)
+        if not new and spec.window:  # closed: then the good window's edges
+            new, more = window_edges(spec, ev)
+            why += more
         return new, "; ".join(why)
     if not ev.learned_any and spec.scan:
         # nothing learned on any seed yet: the scan looks everywhere (``scan_round``); an edge is

@@ -58,6 +58,13 @@ def close_rounds(start, lo: float, hi: float, resolution: float) -> int:
     return max(math.ceil(decades(x, b) / step - RES_TOL) for x, b in ((min(start), lo), (max(start), hi)))
 
 
+def window_rounds(start, resolution: float) -> int:
+    """The rounds a closed curve's good window (``window``) needs to bring its two edges from the
+    start grid's step to ``resolution`` decades: one halving a round, both edges at once."""
+    step = start_step(start, resolution)
+    return max(0, math.ceil(math.log2(step / resolution) - RES_TOL))
+
+
 class SpecError(ValueError):
     """A spec that cannot be searched, naming its field at fault (the same key in an ``lr_searches``
     entry of config.yaml)."""
@@ -94,7 +101,8 @@ class SearchSpec:
     scan: float = 0.0  # decades: while nothing learned, the range is scanned this finely (0: no scan)
     scan_seeds: int = 2  # the scan covers every scan point on this many seeds (at most every seed), one round a seed
     scan_range: tuple[float, ...] = ()  # (lo, hi): the span the scan covers (empty: the range)
-    close: bool = False  # a curve: extend each edge where a seed learned until every seed there has not (or the range ends)
+    close: bool = False  # a curve: extend each edge where a seed learned until every seed there has not (or the range ends);
+    # with ``window``, then bracket the good window's edges to ``resolution`` (``refine.window_edges``)
 
     def __post_init__(self):
         object.__setattr__(self, "ladder", tuple((int(s), int(t)) for s, t in self.ladder))
