@@ -106,19 +106,17 @@ def curve_edges(spec: SearchSpec, ev: Evidence) -> tuple[list[float], list[str],
     return new, why, sides
 
 
-def window_edges(spec: SearchSpec, ev: Evidence) -> tuple[list[float], list[str]]:
-    """A closed curve's good window (the learning rates whose mean over every seed reaches
-    ``good``): each edge bracketed by the midpoint to its nearest tried neighbour outside, while
-    that neighbour is more than ``resolution`` decades away. The new learning rates (nothing tried
-    twice) and why; none without a good learning rate."""
-    tried, full = ev.tried, ev.full()
-    good = [lr for lr in tried if full.get(lr, -1.0) >= spec.good]
+def window_edges(spec: SearchSpec, tried: list[float], good: list[float]) -> tuple[list[float], list[str]]:
+    """The good window's two edges (``good``: its learning rates, in order; none: nothing), each
+    resolved on its side as ``_side`` resolves a point: extended beyond what was tried, bracketed by
+    the midpoint to its nearest tried neighbour farther than ``resolution`` decades, or neither. The
+    new learning rates and why. A closed curve's edges lie between tried rates, so it only brackets."""
     new, why = [], []
     for x, direction in ((good[0], -1), (good[-1], 1)) if good else ():
         ys, kind = _side(x, tried, direction, spec, 1)
-        if kind == "gap":
-            new += [y for y in ys if all(decades(y, t) > LOG_EPS for t in tried + new)]
-            why.append(_why(kind, f"the good window's {'lower' if direction < 0 else 'upper'} edge, {x:.3g},", direction, ys))
+        w = _why(kind, f"the good window's {'lower' if direction < 0 else 'upper'} edge, {x:.3g},", direction, ys)
+        why += [w] if w else []
+        new += ys
     return new, why
 
 
@@ -127,6 +125,7 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
     nothing tried twice), and why; ([], why) when it wants none."""
     tried, scores = ev.tried, ev.scores()
     b = best(scores)
+    good = [lr for lr in tried if scores[lr] >= spec.good]  # (a curve's scores are its means over every seed)
     if ev.all_diverged:
         if _at_bound(tried[0], spec.lo):
             return [], "every cell diverged, down to the range's lower bound"
@@ -135,7 +134,7 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
     if spec.close:  # a curve: only its edges, until both are closed or bounded by the range
         new, why, _ = curve_edges(spec, ev)
         if not new and spec.window:  # closed: then the good window's edges
-            new, more = window_edges(spec, ev)
+            new, more = window_edges(spec, tried, good)
             why += more
         return new, "; ".join(why)
     if not ev.learned_any and spec.scan:
@@ -165,13 +164,9 @@ def explore(spec: SearchSpec, ev: Evidence, left: int | None = None) -> tuple[li
         peak, w, _ = _peak(spec, ev, b, spec.per_round)
         why += w or [f"the best, {b:.3g}, has its neighbours within {spec.resolution:g} decades"]
     edges: list[float] = []
-    good = [lr for lr in tried if scores[lr] >= spec.good]
-    if spec.window and good:
-        for x, direction in ((good[0], -1), (good[-1], 1)):
-            new, kind = _side(x, tried, direction, spec, 1)
-            w = _why(kind, f"the good window's {'lower' if direction < 0 else 'upper'} edge, {x:.3g},", direction, new)
-            why += [w] if w else []
-            edges += new
+    if spec.window:
+        edges, w = window_edges(spec, tried, good)
+        why += w
     new = []
     for x in peak + edges:  # the peak first, then the window's edges; nothing tried twice
         if all(decades(x, t) > LOG_EPS for t in tried + new):
