@@ -290,6 +290,14 @@ def pilot(name: str, every_rule: bool = False, rules: tuple[str, ...] = RULES) -
         return (f"{model} {layers}x{width} at {br:.3g}: mean {mean:.3f} (seeds {', '.join(f'{a:.3f}' for a in accs)})"
                 if mean >= thr else None)
 
+    def ladder(stage, model, width, layers, lrs):
+        """The model's probes at ``lrs`` on seed 0, its two best on seeds 1 and 2: the best rate by the
+        paper's statistic and its seeds' accuracies."""
+        r = mqar(stage, model, width, layers, lrs)
+        r += mqar(stage, model, width, layers, top_lrs(r), (1, 2))
+        b = best_lr(r)
+        return b, by_lr(r)[b]
+
     def verdict(rule, ok, why):
         t.verdicts.append(Verdict(rule, bool(ok), why))
         print(f"  {rule}: {'pass' if ok else 'FAIL'}: {why}", flush=True)
@@ -298,20 +306,14 @@ def pilot(name: str, every_rule: bool = False, rules: tuple[str, ...] = RULES) -
     # R4: 1-layer Mamba learns and converges (the cheapest decisive look; Tables 2-4 and Fig. 3 rest on it)
     b = ba = None
     if tried("R4"):
-        m1 = mqar("mamba1", "mamba", w, 1, MAMBA_LRS)
-        m1 += mqar("mamba1", "mamba", w, 1, top_lrs(m1), (1, 2))
-        b = best_lr(m1)
-        accs = by_lr(m1)[b]
+        b, accs = ladder("mamba1", "mamba", w, 1, MAMBA_LRS)
         mean, spread = sum(accs) / len(accs), max(accs) - min(accs)
         if not verdict("R4", mean >= thr and spread <= CONVERGED,
                        f"Mamba 1x{w} at {b:.3g}: mean {mean:.3f}, spread {spread:.3f} (seeds {', '.join(f'{a:.3f}' for a in accs)})"):
             return t
     # R1: 2-layer attention reaches GOOD on every seed at some rate
     if tried("R1"):
-        a2 = mqar("attn2", "attention", w, 2, ATTN_LRS)
-        a2 += mqar("attn2", "attention", w, 2, top_lrs(a2), (1, 2))
-        ba = best_lr(a2)
-        accs = by_lr(a2)[ba]
+        ba, accs = ladder("attn2", "attention", w, 2, ATTN_LRS)
         if not verdict("R1", min(accs) >= GOOD, f"attention 2x{w} at {ba:.3g}: seeds {', '.join(f'{a:.3f}' for a in accs)}"):
             return t
     # R2: 1-layer attention at chance at its own rates and at Mamba's best, on every seed (it needs R4's and R1's rates)
@@ -348,10 +350,7 @@ def pilot(name: str, every_rule: bool = False, rules: tuple[str, ...] = RULES) -
         found = learns("deep4", "mamba", wd, 4)  # the likelier to fail first
         why = found or f"Mamba 4x{wd} learned (mean over the seeds) at no probe rate"
         if found:
-            a4 = mqar("deep4", "attention", wd, 4, ATTN_LRS)
-            a4 += mqar("deep4", "attention", wd, 4, top_lrs(a4), (1, 2))
-            b4 = best_lr(a4)
-            accs = by_lr(a4)[b4]
+            b4, accs = ladder("deep4", "attention", wd, 4, ATTN_LRS)
             found = min(accs) >= GOOD
             why += f"; attention 4x{wd} at {b4:.3g}: seeds {', '.join(f'{a:.3f}' for a in accs)}"
         verdict("R6", found, why)
