@@ -269,6 +269,35 @@ def test_window_and_wider_on_hand_made_points():
     assert protocol.wider(a, b) == 0 and protocol.wider(b, a) == 0
 
 
+def test_wider_compares_snapped_rates_as_the_lattice_they_stand_for():
+    # Fig. 13 at 4x32 (stop 48): attention good 5.62e-4..3.16e-3 (0.74995 decades), Mamba good
+    # 5.62e-3..1e-2 with 3.16e-3 and 1.78e-2 not good (at most 0.75073): both 0.75 on the lattice
+    learned, good = 0.4375, 0.9
+    att = protocol.window({3.16e-4: 0.5, 5.62e-4: 0.95, 1e-3: 1.0, 3.16e-3: 0.97, 5.62e-3: 0.6}, learned, good)
+    mam = protocol.window({3.16e-3: 0.6, 5.62e-3: 0.92, 1e-2: 0.95, 1.78e-2: 0.5}, learned, good)
+    assert att.width < mam.width_max  # the rounding: 7.8e-4 decades short
+    assert protocol.wider(att, mam) == 1 and protocol.wider(mam, att) == -1
+    # on random lattices, as fine as a window search's resolution goes in config.yaml (0.0625 decades),
+    # the verdict on the three-digit rates is the verdict on the exact lattice points
+    rng = random.Random(7)
+    verdicts = set()
+    for _ in range(3000):
+        step, origin = rng.choice((0.5, 0.25, 0.125, 0.0625)), rng.uniform(-5, -2)
+        def one(n):
+            k0 = rng.randrange(1, 10)
+            good_ks = range(k0, k0 + rng.randrange(1, 8))
+            return {k: (0.95 if k in good_ks else 0.5) for k in range(k0 - 1, good_ks[-1] + 2)}
+        wa, wb = one(0), one(1)
+        def w(points, rate):
+            return protocol.window({rate(k): m for k, m in points.items()}, learned, good)
+        exact = protocol.wider(w(wa, lambda k: 10 ** (origin + k * step)), w(wb, lambda k: 10 ** (origin + k * step)))
+        snapped = protocol.wider(w(wa, lambda k: protocol.snap(10 ** (origin + k * step))),
+                                 w(wb, lambda k: protocol.snap(10 ** (origin + k * step))))
+        assert snapped == exact, (step, origin, wa, wb)
+        verdicts.add(exact)
+    assert verdicts == {-1, 0, 1}
+
+
 def test_a_window_edge_bounded_by_one_seed_is_shown_not_good_only_by_its_bound():
     # 1e-2 has one seed at 0.8: on every seed it could still reach 0.96 >= 0.9, so it does not bound the
     # window; 3.16e-2 at 0.3 on one seed can reach at most 0.86: shown not good

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from arrepro.search.protocol.evidence import best
-from arrepro.search.protocol.spec import LOG_EPS, SearchSpec, State, _at_bound, decades
+from arrepro.search.protocol.spec import LOG_EPS, SearchSpec, State, _at_bound, decades, snap_error
 
 
 @dataclass(frozen=True)
@@ -133,18 +133,26 @@ def wider(a: Window, b: Window) -> int:
     """+1 if ``a`` is conclusively wider than ``b``, -1 if the reverse, 0 if it is open. ``a`` spans
     at least ``a.width``; ``b``'s true edges lie strictly inside its nearest tried learning rates
     shown not good, so it spans less than ``b.width_max``: ``a`` is wider when a.width >=
-    b.width_max. A model that learned without a good learning rate ("none") has an empty window,
-    narrower than any; "not learned" (at chance) is no window at all: 0, for the claims to judge
-    (a failure is evidence only where the claim predicts it)."""
+    b.width_max. Widths are compared as the lattice the rates stand for: learning rates snapped to
+    three digits miss their lattice points by up to ``snap_error`` each, so two widths within the
+    four rates' errors are equal (attention's 5.62e-4 to 3.16e-3, 0.74995 decades, spans Mamba's
+    3.16e-3 to 1.78e-2, 0.75073: both 0.75 on the quarter-decade lattice). A model that learned
+    without a good learning rate ("none") has an empty window, narrower than any; "not learned"
+    (at chance) is no window at all: 0, for the claims to judge (a failure is evidence only where
+    the claim predicts it)."""
     if "not learned" in (a.status, b.status):
         return 0
     def lo_hi(w: Window):
         hi = w.width_max
         return w.width, (math.inf if hi is None else hi)
 
+    def spans(x: Window, y: Window, x_lo: float, y_hi: float) -> bool:
+        tol = LOG_EPS + sum(snap_error(r) for r in (x.lo, x.hi, y.below, y.above) if r is not None)
+        return x.status == "window" and x_lo >= y_hi - tol
+
     (a_lo, a_hi), (b_lo, b_hi) = lo_hi(a), lo_hi(b)
-    if a.status == "window" and a_lo >= b_hi - LOG_EPS:
+    if spans(a, b, a_lo, b_hi):
         return 1
-    if b.status == "window" and b_lo >= a_hi - LOG_EPS:
+    if spans(b, a, b_lo, a_hi):
         return -1
     return 0

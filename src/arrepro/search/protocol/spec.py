@@ -26,6 +26,16 @@ def snap(lr: float) -> float:
     return float(f"{lr:.3g}")
 
 
+def snap_error(lr: float) -> float:
+    """Decades by which a snapped learning rate may miss the rate it stands for: half a unit of its
+    third significant digit (at most log10(1.005), 2.2e-3, for a mantissa near 1; 3.9e-4 for
+    5.62e-4). A rate with more digits than ``snap`` keeps was not snapped: 0."""
+    if lr != snap(lr):
+        return 0.0
+    mantissa = lr / 10 ** math.floor(math.log10(lr))
+    return math.log10(1 + 0.005 / mantissa)
+
+
 def decades(a: float, b: float) -> float:
     return abs(math.log10(b) - math.log10(a))
 
