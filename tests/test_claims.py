@@ -454,3 +454,16 @@ def test_a_verdict_on_fewer_than_three_seeds_is_inconclusive():
         assert row["verdict"] == "inconclusive" and "fewer than 3" in row["compared"]
     assert V.compare_why(*[K.stat(e, r) for _, r in e.best.sort_values("mean", ascending=False).iterrows()],
                          predicted=True)[0] == 1  # the interval alone would have called it
+
+
+def test_the_summary_counts_the_papers_claims_not_its_rows():
+    # Table 3's claim is judged under two readings (two rows): the abstract counts the paper's 15
+    from arrepro.report.prose import claims_summary
+    assert set(C.READINGS) | set(C.READINGS.values()) <= {cid for cid, *_ in C.CLAIMS}
+    n_claims = len({C.paper_claim(cid) for cid, *_ in C.CLAIMS})
+    assert n_claims == len(C.CLAIMS) - len(C.READINGS)
+    text = claims_summary(["consistent"] * 12 + ["contradicted"] + ["inconclusive"] * 3, 15, n_claims)
+    assert text.startswith(f"This scale tests 15 of the paper's {n_claims} claims, in 16 rows")
+    assert text.endswith("consistent with 12, contradict 1 and are inconclusive on 3")
+    assert claims_summary(["consistent", "inconclusive"], 2, n_claims) == (
+        f"This scale tests 2 of the paper's {n_claims} claims: our results are consistent with 1 and are inconclusive on 1")

@@ -72,6 +72,13 @@ CLAIMS: list[tuple[str, str, str, Callable]] = [
     ("depth12", "fig13", "At 12 layers, attention still has a wider learning-rate window than Mamba",
      lambda e: window_wider(e, "attention", ["mamba"])),
 ]
+# rows that judge another row's claim under another reading of the paper: one claim, two rows
+READINGS = {"convkvcentred": "convkv"}
+
+
+def paper_claim(cid: str) -> str:
+    """The paper's claim a row judges: its own id, or the claim it reads another way."""
+    return READINGS.get(cid, cid)
 
 
 def judge(results: dict) -> list[dict]:

@@ -276,9 +276,11 @@ def numerics_text(cells: pd.DataFrame) -> str:
             rf"numerics (their \texttt{{result.json}} says why; on another machine their numbers may differ): {names}.")
 
 
-def claims_summary(verdicts: list[str], n_claims: int) -> str:
+def claims_summary(verdicts: list[str], tested: int, n_claims: int) -> str:
     """"This scale tests 8 of the paper's 15 claims: our results are consistent with 5, contradict 1
-    and are inconclusive on 2"."""
+    and are inconclusive on 2"; ``verdicts`` one a row, ``tested`` the paper's claims they judge
+    (fewer where a claim is judged under two readings: "... 15 of the paper's 15 claims, in 16 rows
+    (...): ...")."""
     n = len(verdicts)
     if not n:
         return f"This scale tests none of the paper's {n_claims} claims"
@@ -295,7 +297,8 @@ def claims_summary(verdicts: list[str], n_claims: int) -> str:
     first = parts[0]
     if first.startswith("consistent"):
         parts[0] = "are " + first
-    return f"This scale tests {n} of the paper's {n_claims} claims: our results {join(parts)}"
+    rows = "" if n == tested else f", in {n} rows (a claim read more than one way has a row for each)"
+    return f"This scale tests {tested} of the paper's {n_claims} claims{rows}: our results {join(parts)}"
 
 
 OUTCOMES = {"resolved": "a best resolved to the search's resolution, no learning rate left that could beat it",

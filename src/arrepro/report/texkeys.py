@@ -10,7 +10,7 @@ import pandas as pd
 
 from arrepro.config import defaults
 from arrepro.config.cards import cards as read_cards
-from arrepro.report.claims import CLAIMS, judge
+from arrepro.report.claims import CLAIMS, judge, paper_claim
 from arrepro.report.verdicts import rules_text
 from arrepro.report.prose import (GOOD_TEXT, METRIC_NAMES, cap, claims_summary, join, model_name, models_text,
                                   numerics_text, outcome_text, rests_on_short, seeds_list, sentences)
@@ -141,7 +141,8 @@ def numbers_tex(meta: dict, results: dict) -> str:
     lines.append(f"\\newcommand{{\\NumClaims}}{{{len(rows)}}}")
     lines.append(f"\\newcommand{{\\ClaimRules}}{{{tex_escape(rules_text())}}}")
     keys["claims/n"] = fmt_int(len(rows))
-    keys["claims/summary"] = claims_summary(list(claim_keys.values()), len(CLAIMS))
+    tested = {paper_claim(k.removeprefix("claim/")) for k in claim_keys}
+    keys["claims/summary"] = claims_summary(list(claim_keys.values()), len(tested), len({paper_claim(c[0]) for c in CLAIMS}))
     if meta.get("blocks"):
         from arrepro.report.blocks import PAPER_FIGURES
 
