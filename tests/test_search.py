@@ -283,16 +283,16 @@ def test_wider_compares_snapped_rates_as_the_lattice_they_stand_for():
     verdicts = set()
     for _ in range(3000):
         step, origin = rng.choice((0.5, 0.25, 0.125, 0.0625)), rng.uniform(-5, -2)
-        def one(n):
+        def one():
             k0 = rng.randrange(1, 10)
             good_ks = range(k0, k0 + rng.randrange(1, 8))
             return {k: (0.95 if k in good_ks else 0.5) for k in range(k0 - 1, good_ks[-1] + 2)}
-        wa, wb = one(0), one(1)
-        def w(points, rate):
-            return protocol.window({rate(k): m for k, m in points.items()}, learned, good)
-        exact = protocol.wider(w(wa, lambda k: 10 ** (origin + k * step)), w(wb, lambda k: 10 ** (origin + k * step)))
-        snapped = protocol.wider(w(wa, lambda k: protocol.snap(10 ** (origin + k * step))),
-                                 w(wb, lambda k: protocol.snap(10 ** (origin + k * step))))
+        wa, wb = one(), one()
+        def wider_on(rate):
+            w = [protocol.window({rate(k): m for k, m in p.items()}, learned, good) for p in (wa, wb)]
+            return protocol.wider(*w)
+        exact = wider_on(lambda k: 10 ** (origin + k * step))
+        snapped = wider_on(lambda k: protocol.snap(10 ** (origin + k * step)))
         assert snapped == exact, (step, origin, wa, wb)
         verdicts.add(exact)
     assert verdicts == {-1, 0, 1}

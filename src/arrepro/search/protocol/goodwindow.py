@@ -2,7 +2,6 @@
 the claims and the paper use), from a search's state (``state_window``), and which of two is wider."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from arrepro.search.protocol.evidence import best
@@ -142,17 +141,16 @@ def wider(a: Window, b: Window) -> int:
     the claim predicts it)."""
     if "not learned" in (a.status, b.status):
         return 0
-    def lo_hi(w: Window):
-        hi = w.width_max
-        return w.width, (math.inf if hi is None else hi)
 
-    def spans(x: Window, y: Window, x_lo: float, y_hi: float) -> bool:
+    def spans(x: Window, y: Window) -> bool:
+        """x's narrowest width reaches y's widest (None: open, unbounded), within their rates' errors."""
+        if x.status != "window" or y.width_max is None:
+            return False
         tol = LOG_EPS + sum(snap_error(r) for r in (x.lo, x.hi, y.below, y.above) if r is not None)
-        return x.status == "window" and x_lo >= y_hi - tol
+        return x.width >= y.width_max - tol
 
-    (a_lo, a_hi), (b_lo, b_hi) = lo_hi(a), lo_hi(b)
-    if spans(a, b, a_lo, b_hi):
+    if spans(a, b):
         return 1
-    if spans(b, a, b_lo, a_hi):
+    if spans(b, a):
         return -1
     return 0
