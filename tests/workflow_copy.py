@@ -63,8 +63,24 @@ def copy_workflow(dst: Path, whole: bool = False) -> Path:
         for name in WORKFLOW:
             if (ROOT / name).exists():
                 shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns(*IGNORED))
-    shutil.copytree(ROOT / KERNELS, dst / KERNELS, ignore=shutil.ignore_patterns("*.pyc"))
+    copy_kernel_cache(ROOT / KERNELS, dst / KERNELS)
     return dst
+
+
+def copy_kernel_cache(src: Path, dst: Path) -> None:
+    """numba's cache folder ``src`` in ``dst``: its index and data files, not its temporary ones."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.pyc", "*.tmp.*"), copy_function=_copy_cache_file)
+
+
+def _copy_cache_file(src: str, dst: str) -> None:
+    """Copy one compiled-kernel file, or nothing if it vanished: a test in the other xdist worker
+    may compile a kernel variant in the checkout meanwhile, and numba writes each entry to a
+    temporary file it then renames, so a file listed a moment ago can be gone. A missing cache
+    entry only means the copy compiles that variant itself."""
+    try:
+        shutil.copy2(src, dst)
+    except FileNotFoundError:
+        pass
 
 
 def private_copy(src: Path, tmp_path: Path) -> Path:
