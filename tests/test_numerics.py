@@ -210,6 +210,13 @@ def kernel(name, tiny):
         args = [a.requires_grad_() for a in args]
         y = k.short_conv(*args, True)
         return digest(y, *grads_of(y, args))
+    if name == "block":  # the attention block compiled whole: two heads, length 11, width 8, kept rows
+        from arrepro.models.cpu_kernels import block_cpu as k
+        shapes = [(8,), (8,)] + [(8, 8), (8,)] * 4 + [(8,), (8,), (32, 8), (32,), (8, 32), (8,)]
+        params = [(torch.randn(s, generator=g) * 0.5).requires_grad_() for s in shapes]
+        x = t(torch.randn(2, 11, 8, generator=g)).requires_grad_()
+        y = k.block(x, tuple(params), torch.rand(2, 11, generator=g) < 0.5, 2)
+        return digest(y, *grads_of(y, [x] + params))
     if name == "mamba":  # the whole mixer at the demo's width, length 13
         from arrepro.models.mixers.mamba import Mamba
         from arrepro.models.cpu_kernels import mamba_cpu as k
@@ -232,7 +239,7 @@ print(common.CODEGEN)
 for name, h in out.items():
     print(name, h)
 """
-KERNELS = ["scan", "linear", "attention", "short_conv", "mamba"]
+KERNELS = ["scan", "linear", "attention", "short_conv", "mamba", "block"]
 
 
 BUILDS = ["sse2", "avx2"] + (["avx512"] if numerics.cpu_description()["avx512f"] else [])
@@ -255,7 +262,7 @@ def fused_bits(isa: str, names: list[str]) -> tuple[str, dict]:
 @pytest.mark.slow
 def test_fused_cpu_kernels_give_the_same_bits_from_every_build():
     """Every fused CPU kernel (the scan, the linear layer, attention, the short conv, the Mamba
-    mixer) compiled for plain x86-64 (SSE2, what a CPU without AVX2 and FMA runs: 4 lanes, each
+    mixer, the attention block) compiled for plain x86-64 (SSE2, what a CPU without AVX2 and FMA runs: 4 lanes, each
     fused multiply-add a call of the C library's exactly rounded fmaf), with AVX2 and FMA (8 lanes,
     the FMA instruction) and, where this CPU has it, with AVX-512 (16 lanes) gives the same output
     and gradient bits: no reassociation, sums in a fixed order, fused multiply-adds only where the

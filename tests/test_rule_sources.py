@@ -64,7 +64,7 @@ def dynamic_modules(mixer: str) -> list[str]:
     from arrepro.models import ops
 
     cls = get_mixer(mixer)
-    named = [getattr(cls, "cpu_kernel_name", None)]
+    named = [getattr(cls, "cpu_kernel_name", None), getattr(cls, "block_cpu_kernel_name", None)]
     # the blocks of ops.py every model file imports name theirs too (the linear layers, the short conv)
     named += [getattr(c, "cpu_kernel_name", None) for c in vars(ops).values() if isinstance(c, type)]
     return [mixer_module(mixer)] + list(dict.fromkeys(KERNELS[k].module for k in named if k))

@@ -126,8 +126,9 @@ def train_sources(mixer: str, root: str | Path = ".", device: str = "cpu") -> li
     What the rule's script (scripts/train_cell.py) imports (``script_sources``), and the two
     modules that the package imports by name rather than by an import statement: the mixer's own
     file (``models.registry.get_mixer``), with what it imports (a sibling mixer's base class,
-    ...), and the fused CPU kernel a mixer file names (``cpu_kernel_name = "k"``:
-    models/cpu_kernels/k.py, loaded by ``models.kernels``), with what that imports.
+    ...), and the fused CPU kernels a mixer file names (``cpu_kernel_name = "k"``, and
+    ``block_cpu_kernel_name = "k"`` for its block: models/cpu_kernels/k.py, loaded by
+    ``models.kernels``), with what they import.
 
     ``device``: the cell's (its scale's ``device``). A fused CPU kernel runs on CPU tensors only
     (``models.kernels``), so a ``cuda`` cell's sources leave them out: an edit of a CPU kernel
@@ -147,7 +148,7 @@ def _train_sources(mixer: str, root: str, cpu_kernels: bool = True) -> tuple[str
     named = []
     for f in _sources(root, tuple(starts)):  # a fused CPU kernel named by a model file (a mixer, ops.py)
         if f.startswith(f"{PACKAGE_DIR}/models/"):
-            for name in re.findall(r'^\s*cpu_kernel_name = "(\w+)"', (Path(root) / f).read_text(), re.M):
+            for name in re.findall(r'^\s*(?:block_)?cpu_kernel_name = "(\w+)"', (Path(root) / f).read_text(), re.M):
                 kernel = f"{PACKAGE}.models.cpu_kernels.{name}"
                 if _module_file(root, kernel) is not None:
                     named.append((_module_file(root, kernel), kernel))

@@ -18,22 +18,48 @@ import torch.nn.functional as F
 from torch import nn
 
 from arrepro.config import defaults
+from arrepro.models.kernels import KernelMixer, overridden
 from arrepro.models.ops import MLP, TiedHead, apply_rotary, rotary_tables, sinusoidal_table, use_fused_linears
 from arrepro.models.registry import get_mixer
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope")
+# a block's parameters in the order the compiled block (cpu_kernels/block_cpu.py) takes them
+BLOCK_PARAMS = ("norm1.weight", "norm1.bias", "mixer.q_proj.weight", "mixer.q_proj.bias", "mixer.k_proj.weight",
+                "mixer.k_proj.bias", "mixer.v_proj.weight", "mixer.v_proj.bias", "mixer.out_proj.weight",
+                "mixer.out_proj.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight", "mlp.fc1.bias",
+                "mlp.out_proj.weight", "mlp.out_proj.bias")
 IGNORE = -100
 INIT_STD = 0.02
 
 
-class Block(nn.Module):
+class Block(KernelMixer):
+    """pre-norm -> mixer -> residual; pre-norm -> MLP -> residual. A block with an MLP whose mixer
+    names a compiled block (``block_cpu_kernel_name``; ``block_kernel()`` its arguments, or None
+    where the mixer's options rule it out) runs as that one fused kernel on the CPU, recorded as
+    every kernel is; elsewhere, and every other block, as its modules. The mixer's file names the
+    kernel, so only its cells' code digests count that kernel's file."""
+    op_name = "block"
+
     def __init__(self, d_model: int, mixer: nn.Module, mlp: bool, mlp_ratio: int):
         super().__init__()
         self.norm1, self.mixer = nn.LayerNorm(d_model), mixer
         self.norm2 = nn.LayerNorm(d_model) if mlp else None
         self.mlp = MLP(d_model, mlp_ratio) if mlp else None
+        name = getattr(mixer, "block_cpu_kernel_name", None)
+        self.fused = mixer.block_kernel() if mlp and name else None
+        if self.fused is not None:
+            self.kernel_name = self.cpu_kernel_name = name  # no CUDA kernel: on CUDA the modules
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        if self.fused is None or overridden(self.mixer.kernel_name):  # a test's stand-in runs in the mixer
+            return self.forward_portable(x, rows)
+        return super().forward(x, rows)
+
+    def forward_cpu_kernel(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        params = tuple(self.get_parameter(name) for name in BLOCK_PARAMS)
+        return self.kernel_function(self.cpu_kernel_name)(x, params, rows, eps=self.norm1.eps, **self.fused)
+
+    def forward_portable(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``rows`` (a boolean (B, L) mask): return only those positions, (M, D). The mixer
         still sees the whole sequence; the position-wise MLP runs on the kept rows only."""
         x = x + self.mixer(self.norm1(x))

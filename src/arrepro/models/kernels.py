@@ -163,6 +163,10 @@ KERNELS: dict[str, Kernel] = {
     # every linear layer of a model and its tied head (ops.Linear, ops.TiedHead): a matrix product
     # whose bits do not depend on the CPU, at ~3x the speed of MKL's pinned COMPATIBLE branch
     "linear_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.linear_cpu", "linear", "F.linear (MKL)", device="cpu"),
+    # a pre-norm attention block with its MLP, compiled whole (backbone.Block where its mixer's
+    # block_kernel says so: attention without convolutions, rotary positions or dropout); fp32
+    "block_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.block_cpu", "block", "the block's own modules",
+                        device="cpu"),
 }
 CPU_DTYPES = (torch.float32, torch.float64)
 
@@ -297,6 +301,11 @@ def choose(name: str, x: torch.Tensor, **call) -> tuple[Callable | None, dict]:
         fn, package, reason = _decide(name, x, call)
         _decisions[key] = fn, {"path": "portable" if fn is None else "kernel", "package": package, "reason": reason}
     return _decisions[key]
+
+
+def overridden(name: str) -> bool:
+    """Whether a test stands in for the kernel ``name`` (``override``)."""
+    return name in _overrides
 
 
 @contextlib.contextmanager

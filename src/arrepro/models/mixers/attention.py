@@ -39,6 +39,7 @@ class Attention(KernelMixer):
     supports_rope = True
     kernel_name = "flash_attn_func"
     cpu_kernel_name = "attention_cpu"
+    block_cpu_kernel_name = "block_cpu"  # its block with the MLP, compiled whole (backbone.Block; block_kernel)
 
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 1, dropout: float = 0.0,
                  rope: bool = False, conv: str = "", conv_size: int = 3, conv_mode: str = "causal"):
@@ -87,6 +88,14 @@ class Attention(KernelMixer):
 
     def kernel_call(self) -> dict:
         return {"head_dim": self.dh, "dropout": self.dropout if self.training else 0.0}
+
+    def block_kernel(self) -> dict | None:
+        """The arguments of the compiled block (``cpu_kernels/block_cpu.py``) for a block of this
+        mixer, or None where that block does not compute this mixer: convolutions, rotary positions
+        or dropout (it has none of them)."""
+        if self.convs or self.rope or self.dropout:
+            return None
+        return {"num_heads": self.h}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward_portable")

@@ -1,0 +1,308 @@
+"""A pre-norm attention block on the CPU, compiled whole: ``block(x, params, rows, num_heads)`` is
+``backbone.Block`` with the ``attention`` mixer (no convolution, rotary positions or dropout) and
+its MLP, in one numba call forward and one backward, instead of some 60 ATen calls, kernel calls
+and autograd nodes. At the demo's sizes a block's own operations are a fraction of its step: the
+rest is the calls between them and their buffers leaving the cache (docs/benchmarks.md).
+
+For x (B, L, D), H heads of dh = D / H, rows M = B L:
+
+    h1 = LN1(x)                  x1 = x + out_proj(attention(q_proj(h1), k_proj(h1), v_proj(h1)))
+    h2 = LN2(x1[rows])           y  = x1[rows] + fc2(gelu(fc1(h2)))
+
+``rows`` (a boolean (B, L) mask, or None for all) keeps the positions the next step reads, as
+``Block.forward`` does for the last block. Numerics, fp32 (the same bits on every x86-64 CPU, see
+``common``): every product the ordered chain of ``linear_cpu._gemm`` (q, k and v as one product
+with their weights side by side: each element's chain is the one of its own projection); the
+attention probabilities as ``attention_cpu`` computes them, kept for the backward pass; the layer
+norm's mean the ordered sum of the row over D, its variance the ordered sum of the squared
+deviations (fused multiply-adds) over D, then (x - mean) / sqrt(var + eps) w + b; GELU x/2 (1 +
+erf(x / sqrt 2)) with the erf of Abramowitz and Stegun's 7.1.26 on ``common.exp`` (absolute error
+below 1.5e-7, about one fp32 unit of 1 + erf). Every sum over rows (weight, bias and norm
+gradients) in row order; the input gradient the residual's, then the norm's added.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit
+from torch.autograd.function import once_differentiable
+
+from arrepro.models.cpu_kernels.attention_cpu import _probabilities
+from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, exp, fma
+from arrepro.models.cpu_kernels.linear_cpu import _column_sums, _gemm, _weight_grad
+
+_K = K[np.dtype(np.float32)]
+# GELU's constants in fp32: 1/2, 1/sqrt 2, 1/sqrt(2 pi), 7.1.26's p and a1..a5, 1
+_G = np.array([0.5, 0.7071067811865476, 0.3989422804014327, 0.3275911, 0.254829592, -0.284496736,
+               1.421413741, -1.453152027, 1.061405429, 1.0], dtype=np.float32)
+# the parameters, in the order block() takes them: norm1 (weight, bias), q, k, v and out projections
+# (weight, bias each), norm2, fc1, fc2: backbone.BLOCK_PARAMS names them in a Block
+PARAMS = ("norm1.weight", "norm1.bias", "q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias",
+          "out.weight", "out.bias", "norm2.weight", "norm2.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
+
+
+@njit(cache=True, error_model="numpy")
+def _norm(x, w, b, eps, h, mean, rstd):
+    """h = the layer norm of each row of x (mean, rstd kept for the backward pass)."""
+    M, D = x.shape
+    for i in range(M):
+        s = _K[5]
+        for d in range(D):
+            s += x[i, d]
+        mu = s / np.float32(D)
+        v = _K[5]
+        for d in range(D):
+            v = fma(x[i, d] - mu, x[i, d] - mu, v)
+        r = _K[7] / np.sqrt(v / np.float32(D) + eps)
+        mean[i], rstd[i] = mu, r
+        for d in range(D):
+            h[i, d] = (x[i, d] - mu) * r * w[d] + b[d]
+
+
+@njit(cache=True, error_model="numpy")
+def _norm_backward(gh, x, w, mean, rstd, gx, gw, gb):
+    """gx += the gradient through the layer norm; gw, gb += its weight's and bias's, rows in order."""
+    M, D = x.shape
+    for i in range(M):
+        mu, r = mean[i], rstd[i]
+        s1, s2 = _K[5], _K[5]
+        for d in range(D):
+            xh = (x[i, d] - mu) * r
+            gw[d] = fma(gh[i, d], xh, gw[d])
+            gb[d] += gh[i, d]
+            t = gh[i, d] * w[d]
+            s1 += t
+            s2 = fma(t, xh, s2)
+        s1, s2 = s1 / np.float32(D), s2 / np.float32(D)
+        for d in range(D):
+            gx[i, d] += r * (gh[i, d] * w[d] - s1 - (x[i, d] - mu) * r * s2)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _phi(x):
+    """The normal CDF, (1 + erf(x / sqrt 2)) / 2, erf by 7.1.26 (branch-free: the loops vectorise)."""
+    z = x * _G[1]
+    az = abs(z)
+    t = _G[9] / fma(_G[3], az, _G[9])
+    p = fma(fma(fma(fma(_G[8], t, _G[7]), t, _G[6]), t, _G[5]), t, _G[4])
+    e = _G[9] - p * t * exp(-(z * z))
+    return _G[0] * (_G[9] + (e if z >= _K[5] else -e))
+
+
+@njit(cache=True, error_model="numpy")
+def _gelu(a, out):
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            out[i, j] = a[i, j] * _phi(a[i, j])
+
+
+@njit(cache=True, error_model="numpy")
+def _gelu_backward(g, a, ga):
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            x = a[i, j]
+            ga[i, j] = g[i, j] * (_phi(x) + x * (_G[2] * exp(-(_G[0] * x * x))))
+
+
+@njit(cache=True)
+def _side_by_side(Wq, Wk, Wv):
+    """The three (D, D) projections as one (3D, D) weight, q's rows first."""
+    D = Wq.shape[0]
+    W = np.empty((3 * D, Wq.shape[1]), Wq.dtype)
+    W[:D], W[D:2 * D], W[2 * D:] = Wq, Wk, Wv
+    return W
+
+
+@njit(cache=True, error_model="numpy")
+def _forward(x, p, nb, L, H, idx, eps, scale):
+    """The block's output on rows ``idx`` and what the backward pass reads."""
+    g1, b1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, b2, W1, c1, W2, c2 = p
+    M, D = x.shape
+    dh = D // H
+    h1, mean1, rstd1 = np.empty((M, D), x.dtype), np.empty(M, x.dtype), np.empty(M, x.dtype)
+    _norm(x, g1, b1, eps, h1, mean1, rstd1)
+    bqkv = np.concatenate((bq, bk, bv))
+    qkv = np.empty((M, 3 * D), x.dtype)
+    _gemm(h1, np.ascontiguousarray(_side_by_side(Wq, Wk, Wv).T), qkv, bqkv, True)
+    P = np.empty((nb, H, L, L), x.dtype)
+    att = np.empty((M, D), x.dtype)
+    Qc, Kt, Vc, Y = np.empty((L, dh), x.dtype), np.empty((dh, L), x.dtype), np.empty((L, dh), x.dtype), \
+        np.empty((L, dh), x.dtype)
+    S = np.empty((L, L), x.dtype)
+    for b in range(nb):
+        for hd in range(H):
+            c = hd * dh
+            Qc[:, :] = qkv[b * L:(b + 1) * L, c:c + dh]
+            Kt[:, :] = qkv[b * L:(b + 1) * L, D + c:D + c + dh].T
+            Vc[:, :] = qkv[b * L:(b + 1) * L, 2 * D + c:2 * D + c + dh]
+            _probabilities(Qc, Kt, scale, S, P[b, hd], _K)
+            _gemm(P[b, hd], Vc, Y, S[0, :0], False)
+            att[b * L:(b + 1) * L, c:c + dh] = Y
+    x1 = np.empty((M, D), x.dtype)
+    _gemm(att, np.ascontiguousarray(Wo.T), x1, bo, True)
+    for i in range(M):
+        for d in range(D):
+            x1[i, d] += x[i, d]
+    n = idx.shape[0]
+    xk = np.empty((n, D), x.dtype)
+    for r in range(n):
+        xk[r] = x1[idx[r]]
+    h2, mean2, rstd2 = np.empty((n, D), x.dtype), np.empty(n, x.dtype), np.empty(n, x.dtype)
+    _norm(xk, g2, b2, eps, h2, mean2, rstd2)
+    a = np.empty((n, W1.shape[0]), x.dtype)
+    _gemm(h2, np.ascontiguousarray(W1.T), a, c1, True)
+    ge = np.empty_like(a)
+    _gelu(a, ge)
+    y = np.empty((n, D), x.dtype)
+    _gemm(ge, np.ascontiguousarray(W2.T), y, c2, True)
+    for r in range(n):
+        for d in range(D):
+            y[r, d] += xk[r, d]
+    return y, (h1, mean1, rstd1, qkv, P, att, xk, h2, mean2, rstd2, a, ge)
+
+
+@njit(cache=True, error_model="numpy")
+def _backward(gy, x, p, saved, nb, L, H, idx, scale, g):
+    """The gradients of ``_forward`` into ``g``: the input's first, then the parameters' in order."""
+    g1, b1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, b2, W1, c1, W2, c2 = p
+    h1, mean1, rstd1, qkv, P, att, xk, h2, mean2, rstd2, a, ge = saved
+    gx, gg1, gb1, gWq, gbq, gWk, gbk, gWv, gbv, gWo, gbo, gg2, gb2, gW1, gc1, gW2, gc2 = g
+    M, D = x.shape
+    dh = D // H
+    none = gbo[:0]
+    _weight_grad(gy, ge, gW2)
+    _column_sums(gy, gc2)
+    gge = np.empty_like(ge)
+    _gemm(gy, W2, gge, none, False)
+    ga = np.empty_like(a)
+    _gelu_backward(gge, a, ga)
+    _weight_grad(ga, h2, gW1)
+    _column_sums(ga, gc1)
+    gh2 = np.empty_like(h2)
+    _gemm(ga, W1, gh2, none, False)
+    gxk = gy.copy()  # the residual's gradient, then the norm's added
+    gg2[:], gb2[:] = _K[5], _K[5]
+    _norm_backward(gh2, xk, g2, mean2, rstd2, gxk, gg2, gb2)
+    gx1 = np.zeros((M, D), x.dtype)
+    for r in range(idx.shape[0]):
+        gx1[idx[r]] = gxk[r]
+    _weight_grad(gx1, att, gWo)
+    _column_sums(gx1, gbo)
+    gatt = np.empty((M, D), x.dtype)
+    _gemm(gx1, Wo, gatt, none, False)
+    gqkv = np.empty((M, 3 * D), x.dtype)
+    Qc, Kc, Vt, G = np.empty((L, dh), x.dtype), np.empty((L, dh), x.dtype), np.empty((dh, L), x.dtype), \
+        np.empty((L, dh), x.dtype)
+    dP, dQ, dK, dV = np.empty((L, L), x.dtype), np.empty((L, dh), x.dtype), np.empty((L, dh), x.dtype), \
+        np.empty((L, dh), x.dtype)
+    for b in range(nb):
+        for hd in range(H):
+            c, rows = hd * dh, slice(b * L, (b + 1) * L)
+            Qc[:, :] = qkv[rows, c:c + dh]
+            Kc[:, :] = qkv[rows, D + c:D + c + dh]
+            Vt[:, :] = qkv[rows, 2 * D + c:2 * D + c + dh].T
+            G[:, :] = gatt[rows, c:c + dh]
+            Pb = P[b, hd]
+            _gemm(G, Vt, dP, none, False)
+            _gemm(np.ascontiguousarray(Pb.T), G, dV, none, False)
+            for i in range(L):
+                s = _K[5]
+                for j in range(i + 1):
+                    s = fma(Pb[i, j], dP[i, j], s)
+                for j in range(i + 1):
+                    dP[i, j] = Pb[i, j] * (dP[i, j] - s) * scale
+                for j in range(i + 1, L):
+                    dP[i, j] = _K[5]
+            _gemm(dP, Kc, dQ, none, False)
+            _gemm(np.ascontiguousarray(dP.T), Qc, dK, none, False)
+            gqkv[rows, c:c + dh] = dQ
+            gqkv[rows, D + c:D + c + dh] = dK
+            gqkv[rows, 2 * D + c:2 * D + c + dh] = dV
+    gW = np.empty((3 * D, D), x.dtype)
+    _weight_grad(gqkv, h1, gW)
+    gWq[:], gWk[:], gWv[:] = gW[:D], gW[D:2 * D], gW[2 * D:]
+    gbqkv = np.empty(3 * D, x.dtype)
+    _column_sums(gqkv, gbqkv)
+    gbq[:], gbk[:], gbv[:] = gbqkv[:D], gbqkv[D:2 * D], gbqkv[2 * D:]
+    gh1 = np.empty((M, D), x.dtype)
+    _gemm(gqkv, _side_by_side(Wq, Wk, Wv), gh1, none, False)
+    gx[:, :] = gx1
+    gg1[:], gb1[:] = _K[5], _K[5]
+    _norm_backward(gh1, x, g1, mean1, rstd1, gx, gg1, gb1)
+
+
+class _Block(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, rows, num_heads, eps, *params):
+        nb, L, D = x.shape
+        idx = np.arange(nb * L) if rows is None else np.flatnonzero(rows.reshape(-1).numpy())
+        p = tuple(t.detach().contiguous().numpy() for t in params)
+        x2 = x.detach().reshape(nb * L, D).contiguous().numpy()
+        scale = np.float32((D // num_heads) ** -0.5)  # as attention_cpu's
+        y, saved = _forward(x2, p, nb, L, num_heads, idx, np.float32(eps), scale)
+        ctx.keep = x2, p, saved, nb, L, num_heads, idx, scale, x.shape
+        out = torch.from_numpy(y)
+        return out.view(nb, L, D) if rows is None else out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        x2, p, saved, nb, L, H, idx, scale, shape = ctx.keep
+        g = (np.empty_like(x2),) + tuple(np.empty_like(a) for a in p)
+        _backward(gy.reshape(-1, shape[-1]).contiguous().numpy(), x2, p, saved, nb, L, H, idx, scale, g)
+        return (torch.from_numpy(g[0]).view(shape), None, None, None) + tuple(torch.from_numpy(a) for a in g[1:])
+
+
+def block(x: torch.Tensor, params: tuple[torch.Tensor, ...], rows: torch.Tensor | None = None, num_heads: int = 1,
+          eps: float = 1e-5) -> torch.Tensor:
+    """The block of the module docstring on x (B, L, D), fp32, its parameters in ``PARAMS``'s order:
+    (B, L, D), or (M, D) for the M positions ``rows`` keeps."""
+    if x.dtype != torch.float32 or any(t.dtype != torch.float32 for t in params) or x.shape[-1] % num_heads:
+        raise ValueError(f"block_cpu: fp32 x and parameters with a width divisible by the heads, got {x.dtype}, "
+                         f"width {x.shape[-1]}, {num_heads} heads")
+    return _Block.apply(x, rows, num_heads, eps, *params)
+
+
+def reference(x: torch.Tensor, params: tuple[torch.Tensor, ...], rows: torch.Tensor | None = None,
+              num_heads: int = 1, eps: float = 1e-5) -> torch.Tensor:
+    """The block of the module docstring in plain PyTorch (exact erf), for checks."""
+    import torch.nn.functional as F
+    g1, b1, Wq, bq, Wk, bk, Wv, bv, Wo, bo, g2, b2, W1, c1, W2, c2 = params
+    nb, L, D = x.shape
+    h = F.layer_norm(x, (D,), g1, b1, eps)
+    q, k, v = (F.linear(h, W, b).view(nb, L, num_heads, -1).transpose(1, 2) for W, b in ((Wq, bq), (Wk, bk), (Wv, bv)))
+    att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(nb, L, D)
+    x1 = x + F.linear(att, Wo, bo)
+    if rows is not None:
+        x1 = x1[rows]
+    return x1 + F.linear(F.gelu(F.linear(F.layer_norm(x1, (D,), g2, b2, eps), W1, c1)), W2, c2)
+
+
+def self_check(dtype: torch.dtype = torch.float32) -> str:
+    """Compile (or load from numba's cache) the block and check its output and every gradient
+    against ``reference`` in fp64, with two heads, a length that is not a multiple of 8 and a mask
+    of kept rows, and without; raises if anything is off."""
+    check_codegen()
+    if dtype != torch.float32:
+        raise ValueError(f"block_cpu computes in fp32, not {dtype}")
+    g = torch.Generator().manual_seed(0)
+    B, L, D, H = 2, 11, 8, 2
+    shapes = [(D,), (D,)] + [(D, D), (D,)] * 4 + [(D,), (D,), (4 * D, D), (4 * D,), (D, 4 * D), (D,)]
+    params = [(torch.randn(s, generator=g) * (0.5 if len(s) == 2 else 0.1) + (1.0 if i in (0, 10) else 0.0))
+              for i, s in enumerate(shapes)]
+    x = torch.randn(B, L, D, generator=g)
+    for rows in (None, torch.rand(B, L, generator=g) < 0.4):
+        args = [t.clone().requires_grad_() for t in [x] + params]
+        y = block(args[0], tuple(args[1:]), rows, H)
+        gy = torch.randn(y.shape, generator=g)
+        grads = torch.autograd.grad(y, args, gy)
+        ref_args = [t.detach().double().requires_grad_() for t in args]
+        ref = reference(ref_args[0], tuple(ref_args[1:]), rows, H)
+        ref_grads = torch.autograd.grad(ref, ref_args, gy.double())
+        for name, a, r in [("y", y, ref)] + list(zip(("dx",) + PARAMS, grads, ref_grads)):
+            # relative to 1 at least: the key bias's gradient is 0 but for rounding (a softmax does not
+            # see a constant added to every key; 2e-6 here in fp32), where the others are of order 0.1 to 10
+            err = (a.double() - r).abs().max().item() / max(r.abs().max().item(), 1.0)
+            if not err <= 1e-5:
+                raise RuntimeError(f"fused CPU block self-check: {name} off by {err:.2e} (tolerance 1e-5)")
+    return CODEGEN

@@ -1,0 +1,95 @@
+"""The attention block compiled whole on the CPU (cpu_kernels/block_cpu.py, kernel ``block_cpu``):
+the same model as the block's own modules (outputs and gradients, at an awkward length, two heads,
+the last block on the labelled rows only), causal, deterministic, recorded, and used only where it
+computes what the block's modules would (not with convolutions, rotary positions or dropout)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from arrepro.models import kernels
+from arrepro.models.backbone import BLOCK_PARAMS, LanguageModel
+from arrepro.models.cpu_kernels import block_cpu
+
+pytestmark = pytest.mark.skipif(kernels.installed("block_cpu") is None, reason="numba not installed")
+
+
+def lm(**kw) -> LanguageModel:
+    torch.manual_seed(0)
+    args = dict(vocab_size=40, d_model=16, n_layers=2, max_len=13, mixer="attention", mixer_kwargs={"num_heads": 2},
+                position="learned")
+    return LanguageModel(**{**args, **kw})
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(0, 40, (3, 13), generator=g), torch.randint(0, 40, (3, 13), generator=g)
+    y[:, :6] = -100  # the last block keeps the labelled rows only
+    return x, y
+
+
+def loss_and_grads(model):
+    model.zero_grad(set_to_none=True)
+    loss, _, _ = model.loss(*batch())
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def ops(model) -> dict:
+    return {p["op"]: p["path"] for p in kernels.paths_used(model)}
+
+
+def test_the_compiled_block_is_the_blocks_modules_to_rounding(monkeypatch):
+    model = lm()
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    loss, grads = loss_and_grads(model)
+    assert ops(model).get("block.block_cpu") == "kernel", kernels.paths_used(model)
+    monkeypatch.setenv(kernels.ENV, "0")
+    loss0, grads0 = loss_and_grads(model)
+    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
+    assert grads.keys() == grads0.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_compiled_block_is_deterministic_and_causal(monkeypatch):
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    model = lm(n_layers=1)
+    block = model.layers[0]
+    params = tuple(block.get_parameter(n) for n in BLOCK_PARAMS)
+    x = torch.randn(2, 13, 16, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    y1 = block_cpu.block(x, params, num_heads=2)
+    (g1,) = torch.autograd.grad(y1.square().sum(), x)
+    y2 = block_cpu.block(x, params, num_heads=2)
+    (g2,) = torch.autograd.grad(y2.square().sum(), x)
+    assert torch.equal(y1, y2) and torch.equal(g1, g2)
+    t = 7
+    x2 = x.detach().clone()
+    x2[:, t] += 1.0
+    y3 = block_cpu.block(x2, params, num_heads=2)
+    assert torch.equal(y3[:, :t], y1[:, :t].detach()) and not torch.equal(y3[:, t], y1[:, t].detach())
+
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(mixer_kwargs={"num_heads": 2, "conv": "qkv"}), "convolutions"),
+    (dict(position="rope"), "rotary positions inside attention"),
+    (dict(mixer_kwargs={"num_heads": 2, "dropout": 0.1}), "dropout"),
+    (dict(mlp=False), "no MLP"),
+    (dict(mixer="mamba", mixer_kwargs={}), "another mixer"),
+])
+def test_blocks_the_kernel_does_not_compute_keep_their_modules(kw, why, monkeypatch):
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    model = lm(**kw)
+    model.eval()  # no dropout in the forward pass: the block's choice is the mixer's options', not the mode's
+    with torch.no_grad():
+        model.loss(*batch())
+    assert "block.block_cpu" not in ops(model), (why, kernels.paths_used(model))
+    assert all(b.fused is None for b in model.layers), why
+
+
+def test_a_fp64_model_falls_back_and_says_why(monkeypatch):
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    model = lm().double()
+    model.loss(*batch())
+    record = next(p for p in kernels.paths_used(model) if p["op"] == "block.block_cpu")
+    assert record["path"] == "portable" and "fp32" in record["reason"], record
