@@ -107,11 +107,36 @@ def test_a_signal_to_the_job_reaches_its_cell_and_a_killed_job_stops_it(data, tm
         assert (out / "checkpoint.pt").exists() and not (out / "result.json").exists()
 
 
-def warm_up(patch: str = "") -> subprocess.CompletedProcess:
+def warm_up(patch: str = "", after: str = "") -> subprocess.CompletedProcess:
     """The server's warm-up in a process of its own (it pins this process's numerics), after
-    ``patch`` (Python run first)."""
-    code = f"{patch}\nfrom arrepro.train.server import _warm_up\n_warm_up()\nprint('warmed up')\n"
+    ``patch`` (Python run first), then ``after``."""
+    code = f"{patch}\nfrom arrepro.train.server import _warm_up\n_warm_up()\nprint('warmed up')\n{after}"
     return subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=900)
+
+
+# after the warm-up: how many compiled variants each fused CPU kernel function gained in a training
+# step of a demo-sized attention model whose blocks are compiled whole, and of one whose blocks are
+# not (a convolution on Q, K and V: the block's modules, attention_cpu and short_conv_cpu)
+NEW_VARIANTS = """
+import importlib, pkgutil, torch
+from numba.core.registry import CPUDispatcher
+import arrepro.models.cpu_kernels as ck
+from arrepro.models import LanguageModel
+def variants():
+    n = {}
+    for info in pkgutil.iter_modules(ck.__path__):
+        mod = importlib.import_module(f"{ck.__name__}.{info.name}")
+        n.update({f"{info.name}.{k}": len(v.signatures) for k, v in vars(mod).items() if isinstance(v, CPUDispatcher)})
+    return n
+before = variants()
+for kw in ({}, {"mixer_kwargs": {"conv": "qkv"}}):
+    m = LanguageModel(vocab_size=128, d_model=32, n_layers=2, max_len=32, mixer="attention", position="learned", **kw)
+    x = torch.randint(0, 128, (32, 32))
+    loss, _, _ = m.loss(x, x)
+    loss.backward()
+after = variants()
+print("new variants:", {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)})
+"""
 
 
 def test_the_warm_up_runs_every_step_it_names():
@@ -121,6 +146,17 @@ def test_the_warm_up_runs_every_step_it_names():
     p = warm_up()
     assert p.returncode == 0 and "warmed up" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
     assert "warm-up of" not in p.stdout + p.stderr, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_after_the_warm_up_a_cell_compiles_no_kernel_variant():
+    """With the attention block compiled whole, the warm-up's attention model no longer ran
+    attention_cpu's training layout, and each cell of an attention model whose block is not
+    compiled (a convolution) compiled it itself: about 15 CPU-seconds a cell (bench_cpu_throughput's
+    attention + conv QKV cell at 1.67x its baseline). The warm-up now steps a mixer's model with its
+    blocks compiled and with their modules."""
+    p = warm_up(after=NEW_VARIANTS)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "new variants: {}" in p.stdout, p.stdout[-3000:]
 
 
 def test_a_warm_up_step_that_raises_stops_the_server_naming_it():
