@@ -27,6 +27,7 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
+from arrepro.models.backbone import BLOCK_PARAMS
 from arrepro.models.cpu_kernels.attention_cpu import _probabilities
 from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, exp, fma
 from arrepro.models.cpu_kernels.linear_cpu import _column_sums, _gemm, _weight_grad
@@ -35,10 +36,6 @@ _K = K[np.dtype(np.float32)]
 # GELU's constants in fp32: 1/2, 1/sqrt 2, 1/sqrt(2 pi), 7.1.26's p and a1..a5, 1
 _G = np.array([0.5, 0.7071067811865476, 0.3989422804014327, 0.3275911, 0.254829592, -0.284496736,
                1.421413741, -1.453152027, 1.061405429, 1.0], dtype=np.float32)
-# the parameters, in the order block() takes them: norm1 (weight, bias), q, k, v and out projections
-# (weight, bias each), norm2, fc1, fc2: backbone.BLOCK_PARAMS names them in a Block
-PARAMS = ("norm1.weight", "norm1.bias", "q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias",
-          "out.weight", "out.bias", "norm2.weight", "norm2.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
 
 
 @njit(cache=True, error_model="numpy")
@@ -255,7 +252,8 @@ class _Block(torch.autograd.Function):
 
 def block(x: torch.Tensor, params: tuple[torch.Tensor, ...], rows: torch.Tensor | None = None, num_heads: int = 1,
           eps: float = 1e-5) -> torch.Tensor:
-    """The block of the module docstring on x (B, L, D), fp32, its parameters in ``PARAMS``'s order:
+    """The block of the module docstring on x (B, L, D), fp32, its parameters in the order
+    ``backbone.BLOCK_PARAMS`` names them in a Block:
     (B, L, D), or (M, D) for the M positions ``rows`` keeps."""
     if x.dtype != torch.float32 or any(t.dtype != torch.float32 for t in params) or x.shape[-1] % num_heads:
         raise ValueError(f"block_cpu: fp32 x and parameters with a width divisible by the heads, got {x.dtype}, "
@@ -299,7 +297,7 @@ def self_check(dtype: torch.dtype = torch.float32) -> str:
         ref_args = [t.detach().double().requires_grad_() for t in args]
         ref = reference(ref_args[0], tuple(ref_args[1:]), rows, H)
         ref_grads = torch.autograd.grad(ref, ref_args, gy.double())
-        for name, a, r in [("y", y, ref)] + list(zip(("dx",) + PARAMS, grads, ref_grads)):
+        for name, a, r in [("y", y, ref)] + list(zip(("dx",) + BLOCK_PARAMS, grads, ref_grads)):
             # relative to 1 at least: the key bias's gradient is 0 but for rounding (a softmax does not
             # see a constant added to every key; 2e-6 here in fp32), where the others are of order 0.1 to 10
             err = (a.double() - r).abs().max().item() / max(r.abs().max().item(), 1.0)
