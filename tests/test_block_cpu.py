@@ -1,14 +1,16 @@
 """The attention block compiled whole on the CPU (cpu_kernels/block_cpu.py, kernel ``block_cpu``):
 the same model as the block's own modules (outputs and gradients, at an awkward length, two heads,
-the last block on the labelled rows only), causal, deterministic, recorded, and used only where it
-computes what the block's modules would (not with convolutions, rotary positions or dropout)."""
+the last block on the labelled rows only; with short convolutions on any paths, causal or centred,
+and with rotary positions), causal (or looking ahead exactly as far as its centred convolutions),
+deterministic, recorded, and used only where it computes what the block's modules would (not with
+dropout)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from arrepro.models import kernels
-from arrepro.models.backbone import BLOCK_PARAMS, LanguageModel
+from arrepro.models.backbone import _block_params, LanguageModel
 from arrepro.models.cpu_kernels import block_cpu
 
 pytestmark = pytest.mark.skipif(kernels.installed("block_cpu") is None, reason="numba not installed")
@@ -39,8 +41,19 @@ def ops(model) -> dict:
     return {p["op"]: p["path"] for p in kernels.paths_used(model)}
 
 
-def test_the_compiled_block_is_the_blocks_modules_to_rounding(monkeypatch):
-    model = lm()
+VARIANTS = {  # the demo's attention blocks: plain, Tables 2-3's convolutions, the copy Transformer's rotary positions
+    "plain": {},
+    "conv qkv": dict(mixer_kwargs={"num_heads": 2, "conv": "qkv"}),
+    "conv v, centred": dict(mixer_kwargs={"num_heads": 2, "conv": "v", "conv_mode": "centred"}),
+    "conv q and k, centred, kernel 5": dict(mixer_kwargs={"num_heads": 2, "conv": "kq", "conv_mode": "centred",
+                                                          "conv_size": 5}),
+    "rope": dict(position="rope"),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_compiled_block_is_the_blocks_modules_to_rounding(variant, monkeypatch):
+    model = lm(**VARIANTS[variant])
     monkeypatch.delenv(kernels.ENV, raising=False)
     loss, grads = loss_and_grads(model)
     assert ops(model).get("block.block_cpu") == "kernel", kernels.paths_used(model)
@@ -52,27 +65,30 @@ def test_the_compiled_block_is_the_blocks_modules_to_rounding(monkeypatch):
         torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_the_compiled_block_is_deterministic_and_causal(monkeypatch):
+@pytest.mark.parametrize("variant, ahead", [("plain", 0), ("conv qkv", 0), ("conv v, centred", 1),
+                                            ("conv q and k, centred, kernel 5", 2), ("rope", 0)])
+def test_the_compiled_block_is_deterministic_and_sees_no_further_ahead_than_its_convolutions(variant, ahead,
+                                                                                             monkeypatch):
     monkeypatch.delenv(kernels.ENV, raising=False)
-    model = lm(n_layers=1)
+    model = lm(n_layers=1, **VARIANTS[variant])
     block = model.layers[0]
-    params = tuple(block.get_parameter(n) for n in BLOCK_PARAMS)
+    assert block.mixer.lookahead == ahead
+    params = _block_params(block.fused["conv"])(block)
     x = torch.randn(2, 13, 16, generator=torch.Generator().manual_seed(2), requires_grad=True)
-    y1 = block_cpu.block(x, params, num_heads=2)
+    y1 = block_cpu.block(x, params, **block.fused)
     (g1,) = torch.autograd.grad(y1.square().sum(), x)
-    y2 = block_cpu.block(x, params, num_heads=2)
+    y2 = block_cpu.block(x, params, **block.fused)
     (g2,) = torch.autograd.grad(y2.square().sum(), x)
     assert torch.equal(y1, y2) and torch.equal(g1, g2)
     t = 7
     x2 = x.detach().clone()
-    x2[:, t] += 1.0
-    y3 = block_cpu.block(x2, params, num_heads=2)
-    assert torch.equal(y3[:, :t], y1[:, :t].detach()) and not torch.equal(y3[:, t], y1[:, t].detach())
+    x2[:, t] += torch.randn(16, generator=torch.Generator().manual_seed(3))  # not a constant: the norm removes that
+    y3 = block_cpu.block(x2, params, **block.fused)
+    assert torch.equal(y3[:, :t - ahead], y1[:, :t - ahead].detach())
+    assert not torch.equal(y3[:, t - ahead], y1[:, t - ahead].detach())
 
 
 @pytest.mark.parametrize("kw, why", [
-    (dict(mixer_kwargs={"num_heads": 2, "conv": "qkv"}), "convolutions"),
-    (dict(position="rope"), "rotary positions inside attention"),
     (dict(mixer_kwargs={"num_heads": 2, "dropout": 0.1}), "dropout"),
     (dict(mlp=False), "no MLP"),
     (dict(mixer="mamba", mixer_kwargs={}), "another mixer"),

@@ -210,13 +210,18 @@ def kernel(name, tiny):
         args = [a.requires_grad_() for a in args]
         y = k.short_conv(*args, True)
         return digest(y, *grads_of(y, args))
-    if name == "block":  # the attention block compiled whole: two heads, length 11, width 8, kept rows
+    if name == "block":  # the attention block compiled whole: two heads, length 11, width 8, kept rows; then
+        # width 20 (a vector of channels and 4 more) with centred convolutions on Q and V and rotary positions
         from arrepro.models.cpu_kernels import block_cpu as k
-        shapes = [(8,), (8,)] + [(8, 8), (8,)] * 4 + [(8,), (8,), (32, 8), (32,), (8, 32), (8,)]
-        params = [(torch.randn(s, generator=g) * 0.5).requires_grad_() for s in shapes]
-        x = t(torch.randn(2, 11, 8, generator=g)).requires_grad_()
-        y = k.block(x, tuple(params), torch.rand(2, 11, generator=g) < 0.5, 2)
-        return digest(y, *grads_of(y, [x] + params))
+        hashes = []
+        for D, opts in ((8, {}), (20, dict(conv="qv", lookahead=1, rope=True))):
+            shapes = [(D,), (D,)] + [(D, D), (D,)] * 4 + [(D,), (D,), (4 * D, D), (4 * D,), (D, 4 * D), (D,)]
+            shapes += [(D, 1, 3), (D,)] * len(opts.get("conv", ""))
+            params = [(torch.randn(s, generator=g) * 0.5).requires_grad_() for s in shapes]
+            x = t(torch.randn(2, 11, D, generator=g)).requires_grad_()
+            y = k.block(x, tuple(params), torch.rand(2, 11, generator=g) < 0.5, 2, **opts)
+            hashes.append(digest(y, *grads_of(y, [x] + params)))
+        return hashlib.sha256(" ".join(hashes).encode()).hexdigest()
     if name == "mamba":  # the whole mixer at the demo's width, length 13
         from arrepro.models.mixers.mamba import Mamba
         from arrepro.models.cpu_kernels import mamba_cpu as k

@@ -11,6 +11,7 @@ chance; scaled, at 0.240: at chance, where the other schemes reach 0.88-0.93; do
 """
 from __future__ import annotations
 
+import functools
 import math
 from operator import attrgetter
 
@@ -29,7 +30,14 @@ BLOCK_PARAMS = ("norm1.weight", "norm1.bias", "mixer.q_proj.weight", "mixer.q_pr
                 "mixer.k_proj.bias", "mixer.v_proj.weight", "mixer.v_proj.bias", "mixer.out_proj.weight",
                 "mixer.out_proj.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight", "mlp.fc1.bias",
                 "mlp.out_proj.weight", "mlp.out_proj.bias")
-_block_params = attrgetter(*BLOCK_PARAMS)  # a Block -> that tuple, one C call (forward_cpu_kernel's hot path)
+
+
+@functools.lru_cache(maxsize=None)
+def _block_params(conv: str):
+    """A Block -> its compiled block's parameters: BLOCK_PARAMS, then each convolution's weight and
+    bias in the order of the paths ``conv`` names; one C call (forward_cpu_kernel's hot path)."""
+    return attrgetter(*BLOCK_PARAMS, *(f"mixer.convs.{path}.conv.{w}" for path in conv for w in ("weight", "bias")))
+
 IGNORE = -100
 INIT_STD = 0.02
 
@@ -58,7 +66,8 @@ class Block(KernelMixer):
         return super().forward(x, rows)
 
     def forward_cpu_kernel(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        return self.kernel_function(self.cpu_kernel_name)(x, _block_params(self), rows, eps=self.norm1.eps, **self.fused)
+        params = _block_params(self.fused["conv"])(self)
+        return self.kernel_function(self.cpu_kernel_name)(x, params, rows, eps=self.norm1.eps, **self.fused)
 
     def forward_portable(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``rows`` (a boolean (B, L) mask): return only those positions, (M, D). The mixer

@@ -164,7 +164,7 @@ KERNELS: dict[str, Kernel] = {
     # whose bits do not depend on the CPU, at ~3x the speed of MKL's pinned COMPATIBLE branch
     "linear_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.linear_cpu", "linear", "F.linear (MKL)", device="cpu"),
     # a pre-norm attention block with its MLP, compiled whole (backbone.Block where its mixer's
-    # block_kernel says so: attention without convolutions, rotary positions or dropout); fp32
+    # block_kernel says so: attention, its convolutions and rotary positions, without dropout); fp32
     "block_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.block_cpu", "block", "the block's own modules",
                         device="cpu"),
 }

@@ -180,3 +180,22 @@ def self_check(dtype: torch.dtype = torch.float32) -> str:
         if not err <= tol:
             raise RuntimeError(f"fused CPU attention self-check: {name} ({dtype}) off by {err:.2e} (tolerance {tol})")
     return CODEGEN
+
+
+@njit(cache=True, error_model="numpy")
+def _rotate(a, c0, D, cos, sin, nb, L, H, inverse):
+    """Rotary positions on the columns c0 .. c0 + D of a (nb L, .), H heads: each head's channel
+    pairs (i, i + half) turned by the position's angles (cos, sin: (L, half); half 0: nothing), or
+    with ``inverse`` back by them (the gradient of the turn)."""
+    half, dh = cos.shape[1], D // H
+    for b in range(nb):
+        for t in range(L):
+            row = b * L + t
+            for hd in range(H):
+                c = c0 + hd * dh
+                for i in range(half):
+                    x1, x2, co, si = a[row, c + i], a[row, c + half + i], cos[t, i], sin[t, i]
+                    if inverse:
+                        a[row, c + i], a[row, c + half + i] = x1 * co + x2 * si, x2 * co - x1 * si
+                    else:
+                        a[row, c + i], a[row, c + half + i] = x1 * co - x2 * si, x1 * si + x2 * co

@@ -109,6 +109,42 @@ def _conv_backward(g, x, w, nb, L, gx, gw, gb, use_bias):
         _column_sums(g, gb)
 
 
+@njit(cache=True)
+def _padded(h, nb, L, s):
+    """Each sequence of h (nb L, D) with s zero rows after it: (nb (L + s), D)."""
+    Ls = L + s
+    hp = np.zeros((nb * Ls, h.shape[1]), h.dtype)
+    for b in range(nb):
+        hp[b * Ls:b * Ls + L] = h[b * L:(b + 1) * L]
+    return hp
+
+
+@njit(cache=True, error_model="numpy")
+def _conv_ahead(h, w, bias, nb, L, s, out):
+    """out = the short convolution of each sequence of h with w (D, k) and bias, looking s steps
+    ahead: the causal one (``_conv``) of the sequence with s zeros after it, shifted
+    back s steps."""
+    Ls = L + s
+    op = np.empty((nb * Ls, h.shape[1]), h.dtype)
+    _conv(_padded(h, nb, L, s), w, bias, True, nb, Ls, op)
+    for b in range(nb):
+        out[b * L:(b + 1) * L] = op[b * Ls + s:b * Ls + s + L]
+
+
+@njit(cache=True, error_model="numpy")
+def _conv_ahead_backward(g, h, w, nb, L, s, gh, gw, gb):
+    """gh = the gradient of ``_conv_ahead``'s input for g, the gradient of its output; gw, gb its
+    weight's and bias's (``_conv_backward``: rows in order)."""
+    Ls = L + s
+    gp = np.zeros((nb * Ls, h.shape[1]), h.dtype)
+    for b in range(nb):
+        gp[b * Ls + s:b * Ls + s + L] = g[b * L:(b + 1) * L]
+    ghp = np.empty_like(gp)
+    _conv_backward(gp, _padded(h, nb, L, s), w, nb, Ls, ghp, gw, gb, True)
+    for b in range(nb):
+        gh[b * L:(b + 1) * L] = ghp[b * Ls:b * Ls + L]
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def silu_grad(g, v, K):
     """g times d silu(v) / dv = g sigmoid(v) (1 + v (1 - sigmoid(v)))."""

@@ -91,11 +91,10 @@ class Attention(KernelMixer):
 
     def block_kernel(self) -> dict | None:
         """The arguments of the compiled block (``cpu_kernels/block_cpu.py``) for a block of this
-        mixer, or None where that block does not compute this mixer: convolutions, rotary positions
-        or dropout (it has none of them)."""
-        if self.convs or self.rope or self.dropout:
+        mixer, or None where that block does not compute this mixer: with dropout (it has none)."""
+        if self.dropout:
             return None
-        return {"num_heads": self.h}
+        return {"num_heads": self.h, "conv": "".join(self.convs), "lookahead": self.lookahead, "rope": self.rope}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward_portable")
