@@ -115,8 +115,9 @@ def warm_up(patch: str = "", after: str = "") -> subprocess.CompletedProcess:
 
 
 # after the warm-up: how many compiled variants each fused CPU kernel function gained in a training
-# step of a demo-sized attention model whose blocks are compiled whole, and of one whose blocks are
-# not (a convolution on Q, K and V: the block's modules, attention_cpu and short_conv_cpu)
+# step of demo-sized attention models whose blocks are compiled whole (plain; centred convolutions
+# and rotary positions), and of one whose blocks are not (no MLP, a convolution on Q, K and V: the
+# block's modules, attention_cpu and short_conv_cpu)
 NEW_VARIANTS = """
 import importlib, pkgutil, torch
 from numba.core.registry import CPUDispatcher
@@ -129,8 +130,10 @@ def variants():
         n.update({f"{info.name}.{k}": len(v.signatures) for k, v in vars(mod).items() if isinstance(v, CPUDispatcher)})
     return n
 before = variants()
-for kw in ({}, {"mixer_kwargs": {"conv": "qkv"}}):
-    m = LanguageModel(vocab_size=128, d_model=32, n_layers=2, max_len=32, mixer="attention", position="learned", **kw)
+for kw in ({}, {"mixer_kwargs": {"conv": "qkv", "conv_mode": "centred"}, "position": "rope"},
+           {"mixer_kwargs": {"conv": "qkv"}, "mlp": False}):
+    kw = {"position": "learned", **kw}
+    m = LanguageModel(vocab_size=128, d_model=32, n_layers=2, max_len=32, mixer="attention", **kw)
     x = torch.randint(0, 128, (32, 32))
     loss, _, _ = m.loss(x, x)
     loss.backward()
