@@ -1,12 +1,15 @@
 #!/usr/bin/env python
-"""The attention block compiled whole (cpu_kernels/block_cpu.py) against the block's own modules
-(each with its own fused kernels: linear_cpu, attention_cpu, short_conv_cpu), side by side in one
-process: the demo's attention models at their shapes, one training step as the trainer takes it
-(labelled logits and loss, zero_grad, backward, fused AdamW), pinned numerics, one thread,
-interleaved rounds. Prints each model's median ms a step both ways and their ratio, and the loss
-of the last step of each (the two paths' bits differ: their layer norm and GELU are not ATen's).
+"""The fused CPU paths of whole blocks and mixers against what ran before them, side by side in one
+process: the attention block compiled whole (cpu_kernels/block_cpu.py) against the block's own
+modules (each with its own fused kernels: linear_cpu, attention_cpu, short_conv_cpu), and the
+DeltaNet mixer fused (cpu_kernels/deltanet_cpu.py) against its portable chunked path (its linear
+layers fused either way); the demo's models at their shapes, one training step as the trainer
+takes it (labelled logits and loss, zero_grad, backward, fused AdamW), pinned numerics, one
+thread, interleaved rounds. Prints each model's median ms a step both ways and their ratio, and
+the loss of the last step of each (the two paths' bits differ: the compiled block's layer norm and
+GELU are not ATen's; the fused DeltaNet walks the delta rule step by step).
 
-    .venv/bin/python bench/bench_block_cpu.py [--rounds 5] [--steps 40]
+    .venv/bin/python bench/bench_block_cpu.py [--rounds 5] [--steps 40] [--only DeltaNet]
 """
 from __future__ import annotations
 
@@ -33,25 +36,39 @@ CELLS = [
                                              batch=32)),
     ("copy: Transformer 2x32 (rotary)", dict(model="transformer_rope", width=32, layers=2, task="copy", batch=32)),
     ("copy: Transformer 4x32 (rotary)", dict(model="transformer_rope", width=32, layers=4, task="copy", batch=32)),
+    ("DeltaNet 1x32 (Fig. 7)", dict(model="deltanet", width=32, layers=1, task="L32", batch=32)),
 ]
+
+
+def _unfused(model):
+    """A copy of ``model`` as it ran before its fused paths: each compiled block's modules, each
+    fused mixer's portable path (an instance without ``cpu_kernel_name`` asks its CUDA kernel,
+    which a CPU tensor refuses)."""
+    model = copy.deepcopy(model)
+    for b in model.layers:
+        if b.fused is not None:
+            b.fused = None
+        else:
+            b.mixer.cpu_kernel_name = None
+    return model
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--only", default="", help="the models whose label contains this text (default: all)")
     args = ap.parse_args(ARGS)
     numerics.settle()
     runs = []
     for label, cell in CELLS:
-        compiled, _, batches = cpu_steps._build(cell)
-        if not all(b.fused is not None for b in compiled.layers):
-            sys.exit(f"{label}: its blocks are not compiled (block_kernel)")
-        modules = copy.deepcopy(compiled)
-        for b in modules.layers:
-            b.fused = None  # the block's modules, as before the block was compiled
+        if args.only not in label:
+            continue
+        fused, _, batches = cpu_steps._build(cell)
+        if not all(b.fused is not None or getattr(b.mixer, "cpu_kernel_name", None) for b in fused.layers):
+            sys.exit(f"{label}: neither its blocks nor its mixers are fused (block_kernel, cpu_kernel_name)")
         pair = {}
-        for name, model in (("modules", modules), ("compiled", compiled)):
+        for name, model in (("unfused", _unfused(fused)), ("fused", fused)):
             opt = model.configure_optimizer(lr=1e-3, weight_decay=0.1, fused=True)
             cpu_steps._step(model, opt, batches[0])  # compiles or loads what it runs, untimed
             pair[name] = model, opt
@@ -71,12 +88,12 @@ def main() -> None:
                 times[label, name].append((time.perf_counter() - t) / args.steps * 1e3)
         print(f"round {r + 1} of {args.rounds}", file=sys.stderr, flush=True)
     print(f"median ms a step over {args.rounds} interleaved rounds of {args.steps} steps (pinned, one thread)\n")
-    print("| model | modules | compiled | compiled / modules | last loss: modules, compiled |")
+    print("| model | unfused | fused | fused / unfused | last loss: unfused, fused |")
     print("| --- | ---: | ---: | ---: | --- |")
     for label, _, _ in runs:
-        m, c = (statistics.median(times[label, n]) for n in ("modules", "compiled"))
-        print(f"| {label} | {m:.2f} | {c:.2f} | {c / m:.3f} | {losses[label, 'modules']:.4f}, "
-              f"{losses[label, 'compiled']:.4f} |")
+        m, c = (statistics.median(times[label, n]) for n in ("unfused", "fused"))
+        print(f"| {label} | {m:.2f} | {c:.2f} | {c / m:.3f} | {losses[label, 'unfused']:.4f}, "
+              f"{losses[label, 'fused']:.4f} |")
 
 
 if __name__ == "__main__":

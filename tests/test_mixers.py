@@ -257,14 +257,17 @@ def _cpu_kernel_or_skip(m):
 def test_cpu_kernel_matches_portable_and_reference_fp64(name, ref_path):
     """Outputs and every gradient of the fused CPU path against the chunked portable path (a chunk
     of 5, so states cross its boundaries and end ragged) and the per-timestep reference, fp64, at
-    awkward lengths; channel counts that are no multiple of the kernel's 8 stripes included."""
+    awkward lengths; channel counts that are no multiple of the kernel's 8 stripes included
+    (relative 1e-5 where the portable core computes in fp32: DeltaNet's; its own backward is
+    checked in fp64 by finite differences below)."""
+    tol = 1e-5 if MODELS[name]["mixer"] in FP32_CORE else 1e-10
     for d, length in ((D, L_RAGGED), (13, 1), (13, 37)):
         d = _fused_width(name, d)
         m = build_mixer(name, d=d, max_len=length).double()
         _cpu_kernel_or_skip(m)
         m.chunk_size = CHUNK
         x = torch.randn(B, length, d, dtype=torch.float64, requires_grad=True)
-        assert_paths_agree(name, m, x, "forward_cpu_kernel", ref_path, 1e-10)
+        assert_paths_agree(name, m, x, "forward_cpu_kernel", ref_path, tol)
 
 
 @pytest.mark.parametrize("name", CPU_FUSED)
@@ -293,6 +296,32 @@ def test_cpu_selective_scan_gradcheck_and_determinism():
     runs = []
     for _ in range(2):
         y = fused(*args)
+        runs.append([y, *torch.autograd.grad(y.square().sum(), args)])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_cpu_deltanet_gradcheck_and_determinism():
+    """The fused DeltaNet mixer's backward (the delta rule's, right to left, the norms', the
+    convs' and the projections') against finite differences in fp64, with two heads of 3 and one
+    of 5 at lengths 1 and 6; and the same bits on a second call in fp32."""
+    from arrepro.models.cpu_kernels.deltanet_cpu import deltanet
+    from arrepro.models.mixers.deltanet import DeltaNet
+
+    for d, heads, length in ((6, 2, 6), (5, 1, 1)):
+        torch.manual_seed(0)
+        m = DeltaNet(d, max_len=8, num_heads=heads, conv_size=3).double()
+        _cpu_kernel_or_skip(m)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+        *params, h, l2_eps, norm_eps = m.cpu_kernel_arguments()
+        x = torch.randn(2, length, d, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x, *ps: deltanet(x, *ps, h, l2_eps, norm_eps), (x, *params))
+    m = DeltaNet(32, max_len=13, num_heads=2).float()
+    args = [torch.randn(3, 13, 32, requires_grad=True), *m.parameters()]
+    runs = []
+    for _ in range(2):
+        y = m.forward_cpu_kernel(args[0])
         runs.append([y, *torch.autograd.grad(y.square().sum(), args)])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
@@ -355,6 +384,10 @@ def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
     assert not mamba & set(train_sources("attention", root))
     assert not {k + "attention_cpu.py"} & set(train_sources("mamba", root))
     assert all((root / f).is_file() for f in train_sources("mamba", root))
+    # Gated DeltaNet subclasses DeltaNet without its fused kernel (cpu_kernel_name = None): an edit
+    # of that kernel reruns DeltaNet's cells, not Gated DeltaNet's
+    assert k + "deltanet_cpu.py" in train_sources("deltanet", root)
+    assert k + "deltanet_cpu.py" not in train_sources("gated_deltanet", root)
     # a GPU cell never runs a CPU kernel (they take CPU tensors only): its sources leave them out,
     # so a CPU kernel's edit does not rerun the GPU grid; "auto" may train on the CPU and keeps them
     for mixer in ("mamba", "attention", "hyena"):

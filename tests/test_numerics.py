@@ -176,9 +176,14 @@ def grads_of(y, args):
 
 def kernel(name, tiny):
     # tiny: the data inputs scaled by 1e-39 to 1e-35 an element (some subnormal, their products
-    # with the weights mostly so), to see each build flush (or keep) the same subnormals
+    # with the weights mostly so), to see each build flush (or keep) the same subnormals; DeltaNet
+    # takes them at 1e-20 to 1e-16: its delta rule multiplies three small factors (k and q scaled
+    # by its norms' eps, v), so its outputs are subnormal there (from 1e-39 they are zero whatever
+    # the mode, and flushing changes nothing)
     g = torch.Generator().manual_seed(0)
-    t = (lambda x: x * 10 ** (torch.rand(x.shape, generator=g) * 4 - 39)) if tiny else (lambda x: x)
+
+    def t(x, low=-39):
+        return x * 10 ** (torch.rand(x.shape, generator=g) * 4 + low) if tiny else x
     if name == "scan":
         from arrepro.models.cpu_kernels import selective_scan_cpu as k
         B, L, E, N = 3, 29, 19, 16  # 19 channels: two stripes of 8 and a remainder
@@ -222,16 +227,18 @@ def kernel(name, tiny):
             y = k.block(x, tuple(params), torch.rand(2, 11, generator=g) < 0.5, 2, **opts)
             hashes.append(digest(y, *grads_of(y, [x] + params)))
         return hashlib.sha256(" ".join(hashes).encode()).hexdigest()
-    if name == "mamba":  # the whole mixer at the demo's width, length 13
+    if name in ("mamba", "deltanet"):  # the whole mixer at the demo's width (DeltaNet: two heads of 16), length 13
+        from arrepro.models.mixers.deltanet import DeltaNet
         from arrepro.models.mixers.mamba import Mamba
-        from arrepro.models.cpu_kernels import mamba_cpu as k
-        m = Mamba(32, max_len=13)
+        from arrepro.models.cpu_kernels import deltanet_cpu, mamba_cpu
+        cls, fused = {"mamba": (Mamba, mamba_cpu.mamba), "deltanet": (DeltaNet, deltanet_cpu.deltanet)}[name]
+        m = cls(32, max_len=13)
         with torch.no_grad():  # parameters from the generator (not torch's init, which may change between versions)
             for p in m.parameters():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-        x = t(torch.randn(3, 13, 32, generator=g)).requires_grad_()
+        x = t(torch.randn(3, 13, 32, generator=g), -39 if name == "mamba" else -20).requires_grad_()
         args = [x, *m.parameters()]
-        y = k.mamba(x, *m.cpu_kernel_arguments())
+        y = fused(x, *m.cpu_kernel_arguments())
         return digest(y, *grads_of(y, args))
 
 names = [a for a in sys.argv[1:] if a != "subnormals"]
@@ -244,7 +251,7 @@ print(common.CODEGEN)
 for name, h in out.items():
     print(name, h)
 """
-KERNELS = ["scan", "linear", "attention", "short_conv", "mamba", "block"]
+KERNELS = ["scan", "linear", "attention", "short_conv", "mamba", "block", "deltanet"]
 
 
 BUILDS = ["sse2", "avx2"] + (["avx512"] if numerics.cpu_description()["avx512f"] else [])

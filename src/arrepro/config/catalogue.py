@@ -128,7 +128,9 @@ def train_sources(mixer: str, root: str | Path = ".", device: str = "cpu") -> li
     file (``models.registry.get_mixer``), with what it imports (a sibling mixer's base class,
     ...), and the fused CPU kernels a mixer file names (``cpu_kernel_name = "k"``, and
     ``block_cpu_kernel_name = "k"`` for its block: models/cpu_kernels/k.py, loaded by
-    ``models.kernels``), with what they import.
+    ``models.kernels``), with what they import; a kernel another mixer file names does not count
+    where the mixer's own file sets that attribute to None (a subclass that does not run its base
+    class's kernel: Gated DeltaNet).
 
     ``device``: the cell's (its scale's ``device``). A fused CPU kernel runs on CPU tensors only
     (``models.kernels``), so a ``cuda`` cell's sources leave them out: an edit of a CPU kernel
@@ -145,12 +147,17 @@ def _train_sources(mixer: str, root: str, cpu_kernels: bool = True) -> tuple[str
         starts.append((path, module))
     if not cpu_kernels:
         return _sources(root, tuple(starts))
+    # the mixer's own file may set a kernel attribute to None: a subclass that does not run the
+    # kernel its base class in another mixer file names (Gated DeltaNet, DeltaNet's)
+    declared = re.compile(r'^\s*((?:block_)?cpu_kernel_name) = (?:"(\w+)"|None)', re.M)
+    opted_out = {attr for attr, name in declared.findall((Path(root) / path).read_text()) if not name} if path else set()
     named = []
     for f in _sources(root, tuple(starts)):  # a fused CPU kernel named by a model file (a mixer, ops.py)
         if f.startswith(f"{PACKAGE_DIR}/models/"):
-            for name in re.findall(r'^\s*(?:block_)?cpu_kernel_name = "(\w+)"', (Path(root) / f).read_text(), re.M):
+            other_mixer = f.startswith(f"{PACKAGE_DIR}/models/mixers/") and f != path
+            for attr, name in declared.findall((Path(root) / f).read_text()):
                 kernel = f"{PACKAGE}.models.cpu_kernels.{name}"
-                if _module_file(root, kernel) is not None:
+                if name and not (other_mixer and attr in opted_out) and _module_file(root, kernel) is not None:
                     named.append((_module_file(root, kernel), kernel))
     return _sources(root, tuple(starts + list(dict.fromkeys(named))))
 

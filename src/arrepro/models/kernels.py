@@ -157,6 +157,9 @@ KERNELS: dict[str, Kernel] = {
     # the short depthwise causal conv (ops.ShortConv: Hyena, H3, Based, DeltaNet, attention + conv)
     "short_conv_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.short_conv_cpu", "short_conv",
                              "the portable shifted multiply-adds", device="cpu"),
+    # the whole DeltaNet mixer (its projections, convs, norms and the delta rule step by step)
+    "deltanet_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.deltanet_cpu", "deltanet",
+                           "the portable chunked delta rule", device="cpu"),
     # causal softmax attention without dropout (the attention mixer's CPU path; SDPA with dropout)
     "attention_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.attention_cpu", "attention", "SDPA",
                             limits=(_no_dropout,), call_keys=("dropout",), device="cpu"),

@@ -40,7 +40,7 @@ from torch.autograd.function import once_differentiable
 from arrepro.models.backbone import BLOCK_PARAMS
 from arrepro.models.cpu_kernels.attention_cpu import _probabilities, _rotate
 from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, exp, fma
-from arrepro.models.cpu_kernels.linear_cpu import _column_sums, _gemm, _weight_grad
+from arrepro.models.cpu_kernels.linear_cpu import _column_sums, _gemm, _side_by_side, _weight_grad
 from arrepro.models.cpu_kernels.short_conv_cpu import _conv_ahead, _conv_ahead_backward
 from arrepro.models.ops import apply_rotary, rotary_tables
 
@@ -111,15 +111,6 @@ def _gelu_backward(g, a, ga):
         for j in range(a.shape[1]):
             x = a[i, j]
             ga[i, j] = g[i, j] * (_phi(x) + x * (_G[2] * exp(-(_G[0] * x * x))))
-
-
-@njit(cache=True)
-def _side_by_side(Wq, Wk, Wv):
-    """The three (D, D) projections as one (3D, D) weight, q's rows first."""
-    D = Wq.shape[0]
-    W = np.empty((3 * D, Wq.shape[1]), Wq.dtype)
-    W[:D], W[D:2 * D], W[2 * D:] = Wq, Wk, Wv
-    return W
 
 
 @njit(cache=True, error_model="numpy")

@@ -238,6 +238,16 @@ def _column_sums(g, out):
 
 
 @njit(cache=True)
+def _side_by_side(Wq, Wk, Wv):
+    """Three (D, K) weights side by side as one (3D, K), the first's rows first (the q, k and v
+    projections of attention and DeltaNet: one product for the three)."""
+    D = Wq.shape[0]
+    W = np.empty((3 * D, Wq.shape[1]), Wq.dtype)
+    W[:D], W[D:2 * D], W[2 * D:] = Wq, Wk, Wv
+    return W
+
+
+@njit(cache=True)
 def _linear_backward(gy, x, w, gx, gw, gb, need_x, need_w, need_b):
     """gx = gy @ w, gw = gy^T @ x (a sum over the rows in order), gb = the column sums of gy (rows
     in order): those asked for. gy may have any strides; x and w unit stride in their last dimension."""

@@ -29,6 +29,9 @@ Paths:
   Everything except the last two lines runs for all chunks at once; the loop is over chunks only.
   Decay ratios are formed as exp(cumsum differences) on the causal side only, so they are <= 1.
 * ``forward_reference``: the per-timestep recurrence above.
+* ``forward_cpu_kernel``: the whole mixer fused on the CPU (numba, ``arrepro.models.cpu_kernels.deltanet_cpu``:
+  the delta rule step by step, forward and backward in one call each; its own bits, the same on
+  every x86-64 CPU). Not for ``GatedDeltaNet``, whose decay and output gate it does not compute.
 * ``forward_kernel`` (CUDA, flash-linear-attention installed; checked against 0.6.0):
   ``fla.ops.delta_rule.chunk_delta_rule(q, k, v, beta, scale)`` on [B, T, H, d] tensors (not
   head-first; older releases with a ``head_first`` switch are told so), bf16/fp16 only, so the
@@ -145,6 +148,7 @@ class DeltaNet(KernelMixer):
     """Also the base of ``GatedDeltaNet``, which adds its layers in ``_head_projections``,
     overrides ``_log_decay`` and ``_output_gate`` (both trivial here) and names its own kernel."""
     kernel_name = "chunk_delta_rule"
+    cpu_kernel_name = "deltanet_cpu"
 
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 2, conv_size: int = 4,
                  norm_eps: float = 1e-5, chunk_size: int = 64):
@@ -202,6 +206,16 @@ class DeltaNet(KernelMixer):
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v, beta, g = self._features(x, "forward_portable")
         return self._out(chunk_delta_rule(q, k, v, beta, g, chunk_size=self.chunk_size), x)
+
+    def forward_cpu_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        # the whole mixer fused on the CPU (arrepro/models/cpu_kernels/deltanet_cpu.py)
+        return self.kernel_function(self.cpu_kernel_name)(x, *self.cpu_kernel_arguments())
+
+    def cpu_kernel_arguments(self) -> tuple:
+        """The parameters as the fused CPU mixer takes them, then the heads and the two epsilons."""
+        return (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight, self.b_proj.weight,
+                self.q_conv.conv.weight, self.k_conv.conv.weight, self.v_conv.conv.weight, self.o_norm.weight,
+                self.out_proj.weight, self.h, L2_EPS, self.o_norm.eps)
 
     def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v, beta, g = self._features(x, "forward")

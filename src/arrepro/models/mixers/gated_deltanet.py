@@ -45,6 +45,7 @@ class GatedDeltaNet(DeltaNet):
     """DeltaNet (projections, convolutions, q/k/v/beta, norm, all paths) plus the decay (a_proj,
     A_log, dt_bias), the output gate (g_proj) and fla's gated op; built as DeltaNet is."""
     kernel_name = "chunk_gated_delta_rule"
+    cpu_kernel_name = None  # DeltaNet's fused CPU mixer computes no decay and no output gate
 
     def __init__(self, d_model: int, **kwargs):
         super().__init__(d_model, **kwargs)
