@@ -147,18 +147,20 @@ def _train_sources(mixer: str, root: str, cpu_kernels: bool = True) -> tuple[str
         starts.append((path, module))
     if not cpu_kernels:
         return _sources(root, tuple(starts))
-    # the mixer's own file may set a kernel attribute to None: a subclass that does not run the
+    # a fused CPU kernel named by a model file (a mixer, ops.py): (attribute, kernel or "" for None)
+    # per file; the mixer's own file may set an attribute to None: a subclass that does not run the
     # kernel its base class in another mixer file names (Gated DeltaNet, DeltaNet's)
     declared = re.compile(r'^\s*((?:block_)?cpu_kernel_name) = (?:"(\w+)"|None)', re.M)
-    opted_out = {attr for attr, name in declared.findall((Path(root) / path).read_text()) if not name} if path else set()
+    names = {f: declared.findall((Path(root) / f).read_text())
+             for f in _sources(root, tuple(starts)) if f.startswith(f"{PACKAGE_DIR}/models/")}
+    opted_out = {attr for attr, name in names.get(path, ()) if not name}
     named = []
-    for f in _sources(root, tuple(starts)):  # a fused CPU kernel named by a model file (a mixer, ops.py)
-        if f.startswith(f"{PACKAGE_DIR}/models/"):
-            other_mixer = f.startswith(f"{PACKAGE_DIR}/models/mixers/") and f != path
-            for attr, name in declared.findall((Path(root) / f).read_text()):
-                kernel = f"{PACKAGE}.models.cpu_kernels.{name}"
-                if name and not (other_mixer and attr in opted_out) and _module_file(root, kernel) is not None:
-                    named.append((_module_file(root, kernel), kernel))
+    for f, found in names.items():
+        other_mixer = f.startswith(f"{PACKAGE_DIR}/models/mixers/") and f != path
+        for attr, name in found:
+            kernel = f"{PACKAGE}.models.cpu_kernels.{name}"
+            if name and not (other_mixer and attr in opted_out) and _module_file(root, kernel) is not None:
+                named.append((_module_file(root, kernel), kernel))
     return _sources(root, tuple(starts + list(dict.fromkeys(named))))
 
 

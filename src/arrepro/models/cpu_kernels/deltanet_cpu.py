@@ -36,33 +36,34 @@ _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float
 
 
 @njit(cache=True, error_model="numpy")
-def _unit(a, c0, H, dh, eps, y, r, K):
+def _unit(a, c0, H, dh, div, eps, y, r, K):
     """y (M, H dh) = the columns c0.. of a, each head's block of dh divided by sqrt(the sum of its
-    squares + eps); r (M, H) the factor."""
+    squares / div + eps); r (M, H) the factor. The L2 norm (div 1: exact) and the RMSNorm (div dh)."""
     for m in range(a.shape[0]):
         for h in range(H):
             c = h * dh
             ss = a[m, c0 + c] * a[m, c0 + c]
             for j in range(1, dh):
                 ss = fma(a[m, c0 + c + j], a[m, c0 + c + j], ss)
-            f = K[7] / np.sqrt(ss + eps)
+            f = K[7] / np.sqrt(ss / div + eps)
             r[m, h] = f
             for j in range(dh):
                 y[m, c + j] = a[m, c0 + c + j] * f
 
 
 @njit(cache=True, error_model="numpy")
-def _unit_backward(g, y, r, H, dh, scale, ga, c0):
-    """The gradient through ``_unit`` and a scale of its output: for g = dL/d(y scale), gy = g scale,
-    ga[:, c0 + block] = r (gy - y (gy . y)), the dot product a chain over the block in order."""
+def _unit_backward(g, y, r, H, dh, w, div, ga, c0):
+    """The gradient through ``_unit`` and a per-feature scale w (dh,) of its output: for
+    g = dL/d(y w), gy = g w, ga[:, c0 + block] = r (gy - y (gy . y) / div), the dot product a chain
+    over the block in order."""
     for m in range(g.shape[0]):
         for h in range(H):
             c = h * dh
-            dot = (g[m, c] * scale) * y[m, c]
+            dot = (g[m, c] * w[0]) * y[m, c]
             for j in range(1, dh):
-                dot = fma(g[m, c + j] * scale, y[m, c + j], dot)
+                dot = fma(g[m, c + j] * w[j], y[m, c + j], dot)
             for j in range(dh):
-                ga[m, c0 + c + j] = r[m, h] * (g[m, c + j] * scale - y[m, c + j] * dot)
+                ga[m, c0 + c + j] = r[m, h] * (g[m, c + j] * w[j] - y[m, c + j] * (dot / div))
 
 
 @njit(cache=True, error_model="numpy")
@@ -162,8 +163,8 @@ def _forward(x, Wq, Wk, Wv, Wb, cw, nw, Wout, nb, L, H, l2eps, neps, scale, fdh,
     _short_conv_forward(a, cw, cw[:, 0], False, True, nb, L, pre, s, K)
     yq, kn = np.empty((M, D), x.dtype), np.empty((M, D), x.dtype)
     rq, rk = np.empty((M, H), x.dtype), np.empty((M, H), x.dtype)
-    _unit(s, 0, H, dh, l2eps, yq, rq, K)
-    _unit(s, D, H, dh, l2eps, kn, rk, K)
+    _unit(s, 0, H, dh, K[7], l2eps, yq, rq, K)
+    _unit(s, D, H, dh, K[7], l2eps, kn, rk, K)
     qn = np.empty((M, D), x.dtype)
     for m in range(M):
         for d in range(D):
@@ -177,26 +178,20 @@ def _forward(x, Wq, Wk, Wv, Wb, cw, nw, Wout, nb, L, H, l2eps, neps, scale, fdh,
     for b in range(nb):
         for h in range(H):
             _states(qn, kn, s, beta, b, h, L, D, dh, Hs, es, w, o)
-    on, rn = np.empty((M, D), x.dtype), np.empty((M, H), x.dtype)
-    for m in range(M):  # RMSNorm over each head's block: o / sqrt(mean of squares + eps) * w
-        for h in range(H):
-            c = h * dh
-            ss = o[m, c] * o[m, c]
-            for j in range(1, dh):
-                ss = fma(o[m, c + j], o[m, c + j], ss)
-            f = K[7] / np.sqrt(ss / fdh + neps)
-            rn[m, h] = f
-            for j in range(dh):
-                on[m, c + j] = (o[m, c + j] * f) * nw[j]
+    yo, rn, on = np.empty((M, D), x.dtype), np.empty((M, H), x.dtype), np.empty((M, D), x.dtype)
+    _unit(o, 0, H, dh, fdh, neps, yo, rn, K)  # the RMSNorm over each head's block, then its weight
+    for m in range(M):
+        for d in range(D):
+            on[m, d] = yo[m, d] * nw[d % dh]
     out = np.empty((M, Wout.shape[0]), x.dtype)
     _gemm(on, np.ascontiguousarray(Wout.T), out, none, False)
-    return out, (a, braw, pre, s, yq, rq, kn, rk, qn, beta, o, rn, on)
+    return out, (a, braw, pre, s, yq, rq, kn, rk, qn, beta, yo, rn, on)
 
 
 @njit(cache=True, error_model="numpy")
 def _backward(gout, x, Wq, Wk, Wv, Wb, cw, nw, Wout, saved, nb, L, H, scale, fdh, K):
     """The gradients of ``_forward``: (x, Wq, Wk, Wv, Wb, cw (3D, k), nw, Wout)."""
-    a, braw, pre, s, yq, rq, kn, rk, qn, beta, o, rn, on = saved
+    a, braw, pre, s, yq, rq, kn, rk, qn, beta, yo, rn, on = saved
     M, D = x.shape
     dh = D // H
     none = x[0, :0]
@@ -205,24 +200,20 @@ def _backward(gout, x, Wq, Wk, Wv, Wb, cw, nw, Wout, saved, nb, L, H, scale, fdh
     g_on = np.empty((M, D), x.dtype)
     _gemm(gout, Wout, g_on, none, False)
     g_nw = np.zeros_like(nw)
+    for m in range(M):
+        for d in range(D):
+            g_nw[d % dh] = fma(g_on[m, d], yo[m, d], g_nw[d % dh])
     g_o = np.empty((M, D), x.dtype)
-    for m in range(M):  # through the RMSNorm: with y = o f, gy = g_on w: g_o = f (gy - y (gy . y) / dh)
-        for h in range(H):
-            c = h * dh
-            f = rn[m, h]
-            dot = (g_on[m, c] * nw[0]) * (o[m, c] * f)
-            for j in range(1, dh):
-                dot = fma(g_on[m, c + j] * nw[j], o[m, c + j] * f, dot)
-            for j in range(dh):
-                y = o[m, c + j] * f
-                g_nw[j] = fma(g_on[m, c + j], y, g_nw[j])
-                g_o[m, c + j] = f * (g_on[m, c + j] * nw[j] - y * (dot / fdh))
+    _unit_backward(g_on, yo, rn, H, dh, nw, fdh, g_o, 0)
     g_qn, g_kn = np.empty((M, D), x.dtype), np.empty((M, D), x.dtype)
     g_s = np.empty((M, 3 * D), x.dtype)
     g_beta = np.empty((M, H), x.dtype)
     _delta_backward(g_o, qn, kn, s, beta, nb, L, H, dh, g_qn, g_kn, g_s, g_beta)
-    _unit_backward(g_qn, yq, rq, H, dh, scale, g_s, 0)
-    _unit_backward(g_kn, kn, rk, H, dh, K[7], g_s, D)
+    ws = np.empty(dh, x.dtype)
+    ws[:] = scale
+    _unit_backward(g_qn, yq, rq, H, dh, ws, K[7], g_s, 0)
+    ws[:] = K[7]
+    _unit_backward(g_kn, kn, rk, H, dh, ws, K[7], g_s, D)
     g_braw = np.empty((M, H), x.dtype)
     for m in range(M):
         for h in range(H):
@@ -254,17 +245,17 @@ class _DeltaNet(torch.autograd.Function):
         nw_, Wout_ = nw.detach().contiguous().numpy(), Wout.detach().contiguous().numpy()
         f = np.dtype(x2.dtype).type
         scale = f((D // num_heads) ** -0.5)  # as the portable path's q * dh**-0.5
-        out, saved = _forward(x2, *p, cw, nw_, Wout_, nb, L, num_heads, f(l2eps), f(neps), scale, f(D // num_heads),
-                               _K[dtype])
-        ctx.keep = x2, p, cw, nw_, Wout_, saved, nb, L, num_heads, scale, dtype, cq.shape
+        fdh = f(D // num_heads)
+        out, saved = _forward(x2, *p, cw, nw_, Wout_, nb, L, num_heads, f(l2eps), f(neps), scale, fdh, _K[dtype])
+        ctx.keep = x2, p, cw, nw_, Wout_, saved, nb, L, num_heads, scale, fdh, dtype, cq.shape
         return torch.from_numpy(out).view(nb, L, -1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gout):
-        x2, p, cw, nw, Wout, saved, nb, L, H, scale, dtype, cshape = ctx.keep
+        x2, p, cw, nw, Wout, saved, nb, L, H, scale, fdh, dtype, cshape = ctx.keep
         g = _backward(gout.reshape(x2.shape[0], -1).contiguous().numpy(), x2, *p, cw, nw, Wout, saved, nb, L, H, scale,
-                      np.dtype(x2.dtype).type(x2.shape[1] // H), _K[dtype])
+                      fdh, _K[dtype])
         g_x, g_Wq, g_Wk, g_Wv, g_Wb, g_cw, g_nw, g_Wout = (torch.from_numpy(a) for a in g)
         D = x2.shape[1]
         g_c = [g_cw[i * D:(i + 1) * D].reshape(cshape) for i in range(3)]
