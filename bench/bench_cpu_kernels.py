@@ -84,7 +84,7 @@ def main() -> None:
         torch.manual_seed(0)
         m = cls(d, max_len=L, **spec.get("mixer_kwargs", {}))
         x = torch.randn(B, L, d, requires_grad=True)
-        fn, rec = kernels.choose(cls.cpu_kernel_name, x, **m.kernel_call())
+        fn, rec = kernels.choose(cls.cpu_kernel_name, x, **m.kernel_call(x))
         if fn is None:
             print(f"{mixer}: the fused path is unavailable here ({rec['reason']})")
             continue

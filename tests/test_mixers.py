@@ -236,9 +236,11 @@ CPU_FUSED = [n for n in MIXER_CASES if getattr(get_mixer(MODELS[n]["mixer"]), "c
 
 
 def _fused_width(name, d):
-    """``d``, or the next multiple of the model's heads where it has several."""
-    heads = MODELS[name].get("mixer_kwargs", {}).get("num_heads", 1)
-    return -(-d // heads) * heads
+    """``d``, or the next multiple of the model's heads where it has several (Mamba2: of headdim /
+    expand, so that its expanded width splits into heads)."""
+    kw = MODELS[name].get("mixer_kwargs", {})
+    step = kw["headdim"] // kw.get("expand", 2) if "headdim" in kw else kw.get("num_heads", 1)
+    return -(-d // step) * step
 
 
 def _cpu_kernel_or_skip(m):
@@ -248,7 +250,7 @@ def _cpu_kernel_or_skip(m):
         m.eval()
     if kernels.installed(m.cpu_kernel_name) is None:
         pytest.skip(f"{kernels.KERNELS[m.cpu_kernel_name].dists[0]} not installed")
-    fn, record = kernels.choose(m.cpu_kernel_name, torch.zeros(1), **m.kernel_call())
+    fn, record = kernels.choose(m.cpu_kernel_name, torch.zeros(1, 1, 1), **m.kernel_call(torch.zeros(1, 1, 1)))
     assert fn is not None, record["reason"]
 
 
@@ -326,6 +328,33 @@ def test_cpu_deltanet_gradcheck_and_determinism():
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
+def test_cpu_mamba2_gradcheck_and_determinism():
+    """The fused Mamba2 mixer's backward (the SSD scan's chunk by chunk, right to left, with the
+    states entering and leaving chunks; the gated norm's, the conv's and the projections') against
+    finite differences in fp64: three heads of 4 over chunks of 4 at lengths 10 (a short last chunk)
+    and 1; and the same bits on a second call in fp32 at the demo's sizes."""
+    from arrepro.models.cpu_kernels.mamba2_cpu import mamba2
+    from arrepro.models.mixers.mamba2 import Mamba2
+
+    for length in (10, 1):
+        torch.manual_seed(0)
+        m = Mamba2(6, max_len=16, d_state=3, d_conv=3, headdim=4, chunk_size=4).double()
+        _cpu_kernel_or_skip(m)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+        *params, P, N, T, eps = m.cpu_kernel_arguments()
+        x = torch.randn(2, length, 6, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x, *ps: mamba2(x, *ps, P, N, T, eps), (x, *params))
+    m = Mamba2(32, max_len=32, d_state=128, headdim=64).float()
+    args = [torch.randn(3, 32, 32, requires_grad=True), *m.parameters()]
+    runs = []
+    for _ in range(2):
+        y = m.forward_cpu_kernel(args[0])
+        runs.append([y, *torch.autograd.grad(y.square().sum(), args)])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
 def test_cpu_kernel_path_is_recorded_and_a_failed_kernel_falls_back_loudly(monkeypatch):
     """On the CPU, Mamba runs the fused mixer and records it; where the kernel cannot be had (here a
     module that does not exist), the portable path runs, with the same outputs, and the record
@@ -388,6 +417,9 @@ def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
     # of that kernel reruns DeltaNet's cells, not Gated DeltaNet's
     assert k + "deltanet_cpu.py" in train_sources("deltanet", root)
     assert k + "deltanet_cpu.py" not in train_sources("gated_deltanet", root)
+    assert k + "mamba2_cpu.py" in train_sources("mamba2", root)
+    assert not {k + "mamba2_cpu.py", k + "deltanet_cpu.py"} & set(train_sources("mamba", root))
+    assert k + "mamba2_cpu.py" not in train_sources("deltanet", root) and k + "deltanet_cpu.py" not in train_sources("mamba2", root)
     # a GPU cell never runs a CPU kernel (they take CPU tensors only): its sources leave them out,
     # so a CPU kernel's edit does not rerun the GPU grid; "auto" may train on the CPU and keeps them
     for mixer in ("mamba", "attention", "hyena"):

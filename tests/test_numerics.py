@@ -227,19 +227,33 @@ def kernel(name, tiny):
             y = k.block(x, tuple(params), torch.rand(2, 11, generator=g) < 0.5, 2, **opts)
             hashes.append(digest(y, *grads_of(y, [x] + params)))
         return hashlib.sha256(" ".join(hashes).encode()).hexdigest()
-    if name in ("mamba", "deltanet"):  # the whole mixer at the demo's width (DeltaNet: two heads of 16), length 13
+    if name in ("mamba", "deltanet", "mamba2"):  # the whole mixer at the demo's width (DeltaNet: two heads of 16;
+        # Mamba2: four heads of 16, d_state 16, chunks of 5: states enter and leave chunks), length 13
         from arrepro.models.mixers.deltanet import DeltaNet
         from arrepro.models.mixers.mamba import Mamba
-        from arrepro.models.cpu_kernels import deltanet_cpu, mamba_cpu
-        cls, fused = {"mamba": (Mamba, mamba_cpu.mamba), "deltanet": (DeltaNet, deltanet_cpu.deltanet)}[name]
-        m = cls(32, max_len=13)
+        from arrepro.models.mixers.mamba2 import Mamba2
+        from arrepro.models.cpu_kernels import deltanet_cpu, mamba_cpu, mamba2_cpu
+        cls, fused, kw = {"mamba": (Mamba, mamba_cpu.mamba, {}), "deltanet": (DeltaNet, deltanet_cpu.deltanet, {}),
+                          "mamba2": (Mamba2, mamba2_cpu.mamba2, dict(d_state=16, headdim=16, chunk_size=5))}[name]
+        m = cls(32, max_len=13, **kw)
         with torch.no_grad():  # parameters from the generator (not torch's init, which may change between versions)
             for p in m.parameters():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-        x = t(torch.randn(3, 13, 32, generator=g), -39 if name == "mamba" else -20).requires_grad_()
+        x = t(torch.randn(3, 13, 32, generator=g), -20 if name == "deltanet" else -39).requires_grad_()
         args = [x, *m.parameters()]
         y = fused(x, *m.cpu_kernel_arguments())
         return digest(y, *grads_of(y, args))
+
+    if name == "hyena":  # the fused operator at order 3, width 20 (a vector of channels and 4 more), length 13,
+        # its long filters given (the filter MLP is ATen's)
+        from arrepro.models.cpu_kernels import hyena_cpu
+        d, n1 = 20, 2
+        shapes = [((n1 + 2) * d, d), ((n1 + 2) * d,), ((n1 + 2) * d, 1, 3), ((n1 + 2) * d,), (n1, d, 13), (n1 * d,),
+                  (d, d), (d,)]
+        params = [(torch.randn(s, generator=g) * 0.3).requires_grad_() for s in shapes]
+        x = t(torch.randn(3, 13, d, generator=g)).requires_grad_()
+        y = hyena_cpu.hyena(x, *params)
+        return digest(y, *grads_of(y, [x] + params))
 
 names = [a for a in sys.argv[1:] if a != "subnormals"]
 out = {name: kernel(name, False) for name in names}
@@ -251,7 +265,7 @@ print(common.CODEGEN)
 for name, h in out.items():
     print(name, h)
 """
-KERNELS = ["scan", "linear", "attention", "short_conv", "mamba", "block", "deltanet"]
+KERNELS = ["scan", "linear", "attention", "short_conv", "mamba", "block", "deltanet", "mamba2", "hyena"]
 
 
 BUILDS = ["sse2", "avx2"] + (["avx512"] if numerics.cpu_description()["avx512f"] else [])

@@ -104,6 +104,11 @@ class Kernel:
     device: str = "cuda"  # "cpu": a fused CPU kernel (arrepro.models.cpu_kernels), for CPU tensors, fp32/fp64
 
 
+# the longest sequence Hyena's fused CPU operator takes: its direct long convolution costs L^2 / 2
+# multiply-adds a channel, the FFTs' calls a fixed cost: a Hyena layer's forward and backward, fused
+# against the FFT path, width 64: 0.62 at L 64, 0.74 at 128, 0.90 at 256, 1.20 at 512 (docs/benchmarks.md)
+HYENA_DIRECT_MAX_LEN = 256
+
 KERNELS: dict[str, Kernel] = {
     # causal-conv1d 1.6.0 csrc/causal_conv1d.cpp, causal_conv1d_fwd (160-190) / causal_conv1d_bwd
     # (275-311): x, weight fp32/fp16/bf16 (each), width 2..4, bias dtype == weight dtype; x (B, D, L)
@@ -160,6 +165,15 @@ KERNELS: dict[str, Kernel] = {
     # the whole DeltaNet mixer (its projections, convs, norms and the delta rule step by step)
     "deltanet_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.deltanet_cpu", "deltanet",
                            "the portable chunked delta rule", device="cpu"),
+    # the whole Mamba2 mixer (in_proj, conv, the SSD scan chunk by chunk, the gated RMSNorm, out_proj)
+    "mamba2_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mamba2_cpu", "mamba2",
+                         "the portable chunked SSD scan", device="cpu"),
+    # the Hyena operator up to the long filters (in_proj, short conv, gates, a direct long conv,
+    # out_proj); beyond the length its mixer sets, the FFT convolution costs less
+    "hyena_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.hyena_cpu", "hyena",
+                        "its parts' own paths with the FFT convolution",
+                        limits=(_at_most("length", HYENA_DIRECT_MAX_LEN, "length", "hyena_cpu's direct long convolution"),),
+                        call_keys=("length",), device="cpu"),
     # causal softmax attention without dropout (the attention mixer's CPU path; SDPA with dropout)
     "attention_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.attention_cpu", "attention", "SDPA",
                             limits=(_no_dropout,), call_keys=("dropout",), device="cpu"),
@@ -270,6 +284,10 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
         dtype = compute_dtype(x)
         if dtype not in CPU_DTYPES:
             return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} computes in fp32/fp64: {k.fallback}"
+        for limit in k.limits:  # before the self-check: a call outside the limits never needs the kernel
+            why = limit(call)
+            if why:
+                return None, package, f"{why}: {k.fallback}"
         fn, why = _cpu_kernel(name, dtype)
         return fn, package, f"cpu {DTYPE_NAMES.get(dtype, dtype)}: " + (why if fn is None else f"self-checked, {why}")
     elif not x.is_cuda:
@@ -339,7 +357,7 @@ def fla_layout_kwargs(fn: Callable) -> dict:
 
 class KernelMixer(nn.Module):
     """A module with a kernel path: ``forward`` asks ``choose(self.kernel_name, x,
-    **self.kernel_call())``, records the answer, and runs ``forward_kernel`` or
+    **self.kernel_call(x))``, records the answer, and runs ``forward_kernel`` or
     ``forward_portable``. A subclass sets ``kernel_name`` and, where the kernel has limits, returns
     the facts they read from ``kernel_call``; ``forward_kernel`` gets the function from
     ``self.kernel_function()``. A subclass with a fused CPU kernel also sets ``cpu_kernel_name``:
@@ -352,7 +370,8 @@ class KernelMixer(nn.Module):
     def op_name(self) -> str:
         return getattr(type(self), "registry_name", type(self).__name__.lower())
 
-    def kernel_call(self) -> dict:
+    def kernel_call(self, x: torch.Tensor) -> dict:
+        """The facts of this call that the kernel's limits read (``x``: the input)."""
         return {}
 
     def kernel_function(self, name: str | None = None) -> Callable:
@@ -364,13 +383,18 @@ class KernelMixer(nn.Module):
         if self.cpu_kernel_name and x.device.type == "cpu" and name not in _overrides:
             name = self.cpu_kernel_name
         if KERNELS[name].device == "cpu" and x.device.type != "cpu" and name not in _overrides:
-            return self.forward_portable(x, *args)  # a module with a CPU kernel only (ops.Linear) off the CPU: nothing to record
-        fn, record = choose(name, x, **self.kernel_call())
+            return self.forward_fallback(x, *args)  # a module with a CPU kernel only (ops.Linear) off the CPU: nothing to record
+        fn, record = choose(name, x, **self.kernel_call(x))
         op = f"{self.op_name}.{name}"
         self.__dict__.setdefault("_kernel_paths", {})[op, record["path"]] = record
         if fn is None:
-            return self.forward_portable(x, *args)
+            return self.forward_fallback(x, *args)
         return self.forward_cpu_kernel(x, *args) if name == self.cpu_kernel_name else self.forward_kernel(x, *args)
+
+    def forward_fallback(self, x: torch.Tensor, *args) -> torch.Tensor:
+        """What runs where the kernel does not: the portable path; a mixer whose parts choose their
+        own kernels (Hyena's short conv and linear layers) runs those parts' choices instead."""
+        return self.forward_portable(x, *args)
 
 
 def paths_used(model: nn.Module, earlier: list[dict] = ()) -> list[dict]:

@@ -23,7 +23,7 @@ class ShortConv(KernelMixer):
         self.activation = activation
         self.conv = nn.Conv1d(dim, dim, kernel_size, groups=dim, padding=kernel_size - 1, bias=bias)
 
-    def kernel_call(self) -> dict:
+    def kernel_call(self, x: torch.Tensor) -> dict:
         return {"width": self.kernel_size}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:

@@ -126,6 +126,7 @@ def settle(threads: int | None = None, subnormals: str = "flush") -> dict:
     torch.backends.mkldnn.enabled = False
     torch.backends.nnpack.set_flags(False)
     torch.set_flush_denormal(subnormals == "flush")
+    keep_freed_memory()
     flushed = flushes_subnormals()
     cap = torch.backends.cpu.get_cpu_capability()
     cpu = cpu_description()
@@ -151,6 +152,24 @@ def settle(threads: int | None = None, subnormals: str = "flush") -> dict:
             "subnormals": "flush" if flushed else "keep",
             "mkldnn": torch.backends.mkldnn.enabled, "nnpack": torch._C._get_nnpack_enabled(),
             "env": env, "torch": torch.__version__, "cpu": cpu, "problems": problems, "overridden": overridden()}
+
+
+def keep_freed_memory() -> bool:
+    """Speed, not numerics: ask glibc's malloc to keep freed memory for the next allocation rather
+    than hand it back to the system (blocks up to 32 MiB from the heap, no trimming below 1 GiB
+    free). A training step allocates and frees the same buffers of ~0.1-2 MB every step; by default
+    glibc maps the larger ones afresh or trims them away, and every first touch of a fresh page is a
+    page fault (measured: 7-17% of a demo step for Mamba and Mamba2, docs/benchmarks.md). Where
+    the buffers lie changes no result (the kernels' arithmetic does not depend on alignment). False
+    where the C library is not glibc."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+        return bool(libc.mallopt(m_mmap_threshold, 32 << 20)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
+    except (OSError, AttributeError):
+        return False
 
 
 def overridden() -> dict[str, str]:

@@ -225,6 +225,37 @@ def softplus(x, K):
 
 
 K = {np.dtype(np.float32): constants(np.float32), np.dtype(np.float64): constants(np.float64)}
+@njit(cache=True, error_model="numpy")
+def unit(a, c0, H, dh, div, eps, y, r, K):
+    """y (M, H dh) = the columns c0.. of a, each head's block of dh divided by sqrt(the sum of its
+    squares / div + eps); r (M, H) the factor. The L2 norm (div 1: exact) and the RMSNorm (div dh)."""
+    for m in range(a.shape[0]):
+        for h in range(H):
+            c = h * dh
+            ss = a[m, c0 + c] * a[m, c0 + c]
+            for j in range(1, dh):
+                ss = fma(a[m, c0 + c + j], a[m, c0 + c + j], ss)
+            f = K[7] / np.sqrt(ss / div + eps)
+            r[m, h] = f
+            for j in range(dh):
+                y[m, c + j] = a[m, c0 + c + j] * f
+
+
+@njit(cache=True, error_model="numpy")
+def unit_backward(g, y, r, H, dh, w, div, ga, c0):
+    """The gradient through ``unit`` and a per-feature scale w (dh,) of its output: for
+    g = dL/d(y w), gy = g w, ga[:, c0 + block] = r (gy - y (gy . y) / div), the dot product a chain
+    over the block in order."""
+    for m in range(g.shape[0]):
+        for h in range(H):
+            c = h * dh
+            dot = (g[m, c] * w[0]) * y[m, c]
+            for j in range(1, dh):
+                dot = fma(g[m, c + j] * w[j], y[m, c + j], dot)
+            for j in range(dh):
+                ga[m, c0 + c + j] = r[m, h] * (g[m, c + j] * w[j] - y[m, c + j] * (dot / div))
+
+
 def fma_exact(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """a * b + c rounded once, elementwise, computed apart from the kernels (what ``fma`` must give,
     for self-checks): fp32 by fp64 arithmetic (the product is exact there; the sum's rounding error

@@ -28,42 +28,11 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, fma, sigmoid
+from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, fma, sigmoid, unit, unit_backward
 from arrepro.models.cpu_kernels.linear_cpu import _gemm, _side_by_side, _weight_grad
 from arrepro.models.cpu_kernels.short_conv_cpu import _short_conv_backward, _short_conv_forward
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
-
-
-@njit(cache=True, error_model="numpy")
-def _unit(a, c0, H, dh, div, eps, y, r, K):
-    """y (M, H dh) = the columns c0.. of a, each head's block of dh divided by sqrt(the sum of its
-    squares / div + eps); r (M, H) the factor. The L2 norm (div 1: exact) and the RMSNorm (div dh)."""
-    for m in range(a.shape[0]):
-        for h in range(H):
-            c = h * dh
-            ss = a[m, c0 + c] * a[m, c0 + c]
-            for j in range(1, dh):
-                ss = fma(a[m, c0 + c + j], a[m, c0 + c + j], ss)
-            f = K[7] / np.sqrt(ss / div + eps)
-            r[m, h] = f
-            for j in range(dh):
-                y[m, c + j] = a[m, c0 + c + j] * f
-
-
-@njit(cache=True, error_model="numpy")
-def _unit_backward(g, y, r, H, dh, w, div, ga, c0):
-    """The gradient through ``_unit`` and a per-feature scale w (dh,) of its output: for
-    g = dL/d(y w), gy = g w, ga[:, c0 + block] = r (gy - y (gy . y) / div), the dot product a chain
-    over the block in order."""
-    for m in range(g.shape[0]):
-        for h in range(H):
-            c = h * dh
-            dot = (g[m, c] * w[0]) * y[m, c]
-            for j in range(1, dh):
-                dot = fma(g[m, c + j] * w[j], y[m, c + j], dot)
-            for j in range(dh):
-                ga[m, c0 + c + j] = r[m, h] * (g[m, c + j] * w[j] - y[m, c + j] * (dot / div))
 
 
 @njit(cache=True, error_model="numpy")
@@ -163,8 +132,8 @@ def _forward(x, Wq, Wk, Wv, Wb, cw, nw, Wout, nb, L, H, l2eps, neps, scale, fdh,
     _short_conv_forward(a, cw, cw[:, 0], False, True, nb, L, pre, s, K)
     yq, kn = np.empty((M, D), x.dtype), np.empty((M, D), x.dtype)
     rq, rk = np.empty((M, H), x.dtype), np.empty((M, H), x.dtype)
-    _unit(s, 0, H, dh, K[7], l2eps, yq, rq, K)
-    _unit(s, D, H, dh, K[7], l2eps, kn, rk, K)
+    unit(s, 0, H, dh, K[7], l2eps, yq, rq, K)
+    unit(s, D, H, dh, K[7], l2eps, kn, rk, K)
     qn = np.empty((M, D), x.dtype)
     for m in range(M):
         for d in range(D):
@@ -179,7 +148,7 @@ def _forward(x, Wq, Wk, Wv, Wb, cw, nw, Wout, nb, L, H, l2eps, neps, scale, fdh,
         for h in range(H):
             _states(qn, kn, s, beta, b, h, L, D, dh, Hs, es, w, o)
     yo, rn, on = np.empty((M, D), x.dtype), np.empty((M, H), x.dtype), np.empty((M, D), x.dtype)
-    _unit(o, 0, H, dh, fdh, neps, yo, rn, K)  # the RMSNorm over each head's block, then its weight
+    unit(o, 0, H, dh, fdh, neps, yo, rn, K)  # the RMSNorm over each head's block, then its weight
     for m in range(M):
         for d in range(D):
             on[m, d] = yo[m, d] * nw[d % dh]
@@ -204,16 +173,16 @@ def _backward(gout, x, Wq, Wk, Wv, Wb, cw, nw, Wout, saved, nb, L, H, scale, fdh
         for d in range(D):
             g_nw[d % dh] = fma(g_on[m, d], yo[m, d], g_nw[d % dh])
     g_o = np.empty((M, D), x.dtype)
-    _unit_backward(g_on, yo, rn, H, dh, nw, fdh, g_o, 0)
+    unit_backward(g_on, yo, rn, H, dh, nw, fdh, g_o, 0)
     g_qn, g_kn = np.empty((M, D), x.dtype), np.empty((M, D), x.dtype)
     g_s = np.empty((M, 3 * D), x.dtype)
     g_beta = np.empty((M, H), x.dtype)
     _delta_backward(g_o, qn, kn, s, beta, nb, L, H, dh, g_qn, g_kn, g_s, g_beta)
     ws = np.empty(dh, x.dtype)
     ws[:] = scale
-    _unit_backward(g_qn, yq, rq, H, dh, ws, K[7], g_s, 0)
+    unit_backward(g_qn, yq, rq, H, dh, ws, K[7], g_s, 0)
     ws[:] = K[7]
-    _unit_backward(g_kn, kn, rk, H, dh, ws, K[7], g_s, D)
+    unit_backward(g_kn, kn, rk, H, dh, ws, K[7], g_s, D)
     g_braw = np.empty((M, H), x.dtype)
     for m in range(M):
         for h in range(H):

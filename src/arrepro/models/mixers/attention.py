@@ -86,7 +86,7 @@ class Attention(KernelMixer):
     def _out(self, y: torch.Tensor) -> torch.Tensor:
         return self.out_proj(y.transpose(1, 2).flatten(2))
 
-    def kernel_call(self) -> dict:
+    def kernel_call(self, x: torch.Tensor) -> dict:
         return {"head_dim": self.dh, "dropout": self.dropout if self.training else 0.0}
 
     def block_kernel(self) -> dict | None:

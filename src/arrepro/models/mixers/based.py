@@ -106,7 +106,7 @@ class Based(KernelMixer):
         return self.out_proj(y.transpose(1, 2).flatten(2))
 
     # ---- paths ---------------------------------------------------------------------------
-    def kernel_call(self) -> dict:
+    def kernel_call(self, x: torch.Tensor) -> dict:
         return {"feature_dim": self.f}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:

@@ -200,7 +200,7 @@ class DeltaNet(KernelMixer):
         o = self._output_gate(self.o_norm(o.float()), x).to(x.dtype)
         return self.out_proj(o.transpose(1, 2).flatten(2))
 
-    def kernel_call(self) -> dict:
+    def kernel_call(self, x: torch.Tensor) -> dict:
         return {"head_dim": self.dh}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,12 @@ Paths over the same parameters:
 * ``forward_portable`` -- FFT long convolution (``ops.fft_causal_conv``, O(L log L)), as Zoology's
   ``fftconv_ref``.
 * ``forward_reference``-- the causal convolution sums y_t = sum_{j<=t} h[j] v[t-j], one t at a time.
-No kernel path (Zoology's MQAR runs use the PyTorch FFT convolution).
+* ``forward_cpu_kernel`` -- on CPU tensors up to length 256 (``kernels.HYENA_DIRECT_MAX_LEN``, the
+  kernel's limit, a rule by shape: a direct convolution's L^2 against the FFTs' calls): the operator fused
+  (numba, ``arrepro.models.cpu_kernels.hyena_cpu``), the filters still from their MLP in ATen.
+  Elsewhere ``forward_fallback``: the FFT convolution, with the short conv's and the linear
+  layers' own kernel choices.
+No GPU kernel path (Zoology's MQAR runs use the PyTorch FFT convolution).
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ import torch
 from torch import nn
 
 from arrepro.config.constraints import require
+from arrepro.models.kernels import KernelMixer
 from arrepro.models.ops import ShortConv, fft_causal_conv
 from arrepro.models.registry import register
 
@@ -77,7 +83,9 @@ REQUIRES = (
 
 
 @register("hyena")
-class Hyena(nn.Module):
+class Hyena(KernelMixer):
+    kernel_name = cpu_kernel_name = "hyena_cpu"  # no GPU kernel: on CUDA tensors forward_fallback runs
+
     def __init__(self, d_model: int, *, max_len: int, order: int = 2, filter_order: int = 64,
                  short_filter: int = 3, emb_dim: int = 3):
         super().__init__()
@@ -132,8 +140,20 @@ class Hyena(nn.Module):
             v = long_conv(v, h[i]) + bias[i] * v
         return self.out_proj((v * gates[-1]).transpose(1, 2))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def kernel_call(self, x: torch.Tensor) -> dict:
+        return {"length": x.shape[1]}
+
+    def forward_fallback(self, x: torch.Tensor) -> torch.Tensor:
         return self._mix(x, "forward", fft_causal_conv)
+
+    def forward_cpu_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        # the operator fused on the CPU (arrepro/models/cpu_kernels/hyena_cpu.py), the filters from ATen
+        return self.kernel_function(self.cpu_kernel_name)(x, *self.cpu_kernel_arguments(x.shape[1]))
+
+    def cpu_kernel_arguments(self, L: int) -> tuple:
+        """The parameters as the fused CPU operator takes them, with the long filters for length L."""
+        return (self.in_proj.weight, self.in_proj.bias, self.short_conv.conv.weight, self.short_conv.conv.bias,
+                self.filters(L), self.filter_bias, self.out_proj.weight, self.out_proj.bias)
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         return self._mix(x, "forward_portable", fft_causal_conv)

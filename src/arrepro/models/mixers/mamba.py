@@ -219,7 +219,7 @@ class Mamba(KernelMixer):
     def _output(self, y: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
         return self.out_proj(y * F.silu(z) if z is not None else y)
 
-    def kernel_call(self) -> dict:
+    def kernel_call(self, x: torch.Tensor) -> dict:
         return {"d_state": self.d_state}
 
     def forward_portable(self, u: torch.Tensor, scan=selective_scan) -> torch.Tensor:

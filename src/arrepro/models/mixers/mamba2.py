@@ -24,6 +24,9 @@ y_t = sum_{s<=t} (C_t . B_s) exp(sum_{r=s+1..t} dt_r A) dt_s x_s, evaluated chun
   sum_s exp(cum_end - cum_s) dt_s x_s B_s^T; a Python loop over chunks carries the state across
   them; each step then adds exp(cum_t) C_t . (the state its chunk started from).
 * ``forward_reference``: the recurrence, one Python step per time step.
+* ``forward_cpu_kernel``: the whole mixer fused on the CPU (numba, ``arrepro.models.cpu_kernels.mamba2_cpu``:
+  the same chunks, each a chain of fused multiply-adds in a fixed order), used by ``forward`` on CPU
+  tensors.
 * ``forward_kernel``: mamba-ssm's Triton ``mamba_chunk_scan_combined`` and causal-conv1d, used by
   ``forward`` on CUDA when installed (the gated RMSNorm stays in PyTorch).
 """
@@ -90,7 +93,8 @@ class GatedRMSNorm(nn.Module):
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         y = y * F.silu(z)
-        return y * torch.rsqrt(y.float().square().mean(-1, keepdim=True) + self.eps).to(y.dtype) * self.weight
+        wide = y.to(torch.promote_types(y.dtype, torch.float32))  # half precision up to fp32; fp64 stays
+        return y * torch.rsqrt(wide.square().mean(-1, keepdim=True) + self.eps).to(y.dtype) * self.weight
 
 
 # The constructor's arguments: what they must satisfy (arrepro.config.constraints: checked before any job
@@ -107,6 +111,7 @@ REQUIRES = (
 @register("mamba2")
 class Mamba2(KernelMixer):
     kernel_name = "mamba_chunk_scan_combined"
+    cpu_kernel_name = "mamba2_cpu"
 
     def __init__(self, d_model: int, *, max_len: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
                  headdim: int = 16, chunk_size: int = 64, A_init_range: tuple = (1.0, 16.0),
@@ -163,6 +168,16 @@ class Mamba2(KernelMixer):
         dt = F.softplus(dt + self.dt_bias)
         y = ssd_chunked(x, dt, -torch.exp(self.A_log), Bm, Cm, self.chunk_size)
         return self._output(y + x * self.D[:, None], z)
+
+    def forward_cpu_kernel(self, u: torch.Tensor) -> torch.Tensor:
+        # the whole mixer fused on the CPU (arrepro/models/cpu_kernels/mamba2_cpu.py)
+        return self.kernel_function(self.cpu_kernel_name)(u, *self.cpu_kernel_arguments())
+
+    def cpu_kernel_arguments(self) -> tuple:
+        """The parameters as the fused CPU mixer takes them, then headdim, d_state, the chunk and the
+        norm's epsilon."""
+        return (self.in_proj.weight, self.conv1d.conv.weight, self.conv1d.conv.bias, self.dt_bias, self.A_log, self.D,
+                self.norm.weight, self.out_proj.weight, self.headdim, self.d_state, self.chunk_size, self.norm.eps)
 
     def forward_kernel(self, u: torch.Tensor) -> torch.Tensor:
         # conv path "forward": ShortConv runs causal-conv1d on CUDA when that is installed
