@@ -3,7 +3,7 @@ the same model as the block's own modules (outputs and gradients, at an awkward 
 the last block on the labelled rows only; with short convolutions on any paths, causal or centred,
 and with rotary positions), causal (or looking ahead exactly as far as its centred convolutions),
 deterministic, recorded, and used only where it computes what the block's modules would (not with
-dropout)."""
+dropout); the MLP of every other block fused alone (cpu_kernels/mlp_cpu.py, kernel ``mlp_cpu``)."""
 from __future__ import annotations
 
 import pytest
@@ -108,4 +108,24 @@ def test_a_fp64_model_falls_back_and_says_why(monkeypatch):
     model = lm().double()
     model.loss(*batch())
     record = next(p for p in kernels.paths_used(model) if p["op"] == "block.block_cpu")
+    assert record["path"] == "portable" and "fp32" in record["reason"], record
+
+
+@pytest.mark.parametrize("mixer, kw", [("hyena", {}), ("deltanet", {"num_heads": 2})])
+def test_an_mlp_outside_a_compiled_block_runs_fused_to_rounding(mixer, kw, monkeypatch):
+    """The MLP of a block that is not compiled whole (another mixer's) runs as mlp_cpu: recorded, and
+    the same model as its layers with ATen's exact GELU to rounding; in fp64 it falls back and says why."""
+    model = lm(mixer=mixer, mixer_kwargs=kw, position="none")
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    loss, grads = loss_and_grads(model)
+    assert ops(model).get("mlp.mlp_cpu") == "kernel" and "block.block_cpu" not in ops(model), kernels.paths_used(model)
+    monkeypatch.setenv(kernels.ENV, "0")
+    loss0, grads0 = loss_and_grads(model)
+    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+    monkeypatch.delenv(kernels.ENV)
+    model = lm(mixer=mixer, mixer_kwargs=kw, position="none").double()
+    model.loss(*batch())
+    record = next(p for p in kernels.paths_used(model) if p["op"] == "mlp.mlp_cpu")
     assert record["path"] == "portable" and "fp32" in record["reason"], record

@@ -181,15 +181,15 @@ def test_standins_refuse_what_the_kernels_refuse():
 
 
 def test_reasons_without_override(monkeypatch):
-    """On CPU the fused CPU kernels run (attention's block compiled whole, Mamba's mixer, every
-    linear layer's) and say so; ARREPRO_KERNELS=0 wins over everything."""
+    """On CPU the fused CPU kernels run (attention's block compiled whole, Mamba's mixer and its
+    block's MLP, every linear layer's) and say so; ARREPRO_KERNELS=0 wins over everything."""
     monkeypatch.delenv(kernels.ENV, raising=False)
     numba = kernels.installed("mamba_cpu")
     torch.manual_seed(0)
     for mixer in ("attention", "mamba"):
         lm = LanguageModel(vocab_size=16, d_model=16, n_layers=1, max_len=8, mixer=mixer)
         lm(torch.randint(0, 16, (1, 8)))
-        ops = [{"attention": "block.block_cpu", "mamba": "mamba.mamba_cpu"}[mixer], "linear.linear_cpu"]
+        ops = {"attention": ["block.block_cpu"], "mamba": ["mamba.mamba_cpu", "mlp.mlp_cpu"]}[mixer] + ["linear.linear_cpu"]
         assert [(p["op"], p["path"], p["package"]) for p in paths_used(lm)] == \
             [(op, "kernel" if numba else "portable", numba) for op in ops], paths_used(lm)
         for p in paths_used(lm):

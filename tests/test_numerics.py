@@ -255,6 +255,13 @@ def kernel(name, tiny):
         y = hyena_cpu.hyena(x, *params)
         return digest(y, *grads_of(y, [x] + params))
 
+    if name == "mlp":  # a block's MLP fused, width 20 (a vector of channels and 4 more), 2 x 11 rows
+        from arrepro.models.cpu_kernels import mlp_cpu
+        params = [(torch.randn(s, generator=g) * 0.5).requires_grad_() for s in ((80, 20), (80,), (20, 80), (20,))]
+        x = t(torch.randn(2, 11, 20, generator=g) * 3).requires_grad_()
+        y = mlp_cpu.mlp(x, *params)
+        return digest(y, *grads_of(y, [x] + params))
+
 names = [a for a in sys.argv[1:] if a != "subnormals"]
 out = {name: kernel(name, False) for name in names}
 if "subnormals" in sys.argv:  # the same kernels on inputs that underflow, kept (IEEE) and flushed (FTZ and DAZ)
@@ -265,7 +272,7 @@ print(common.CODEGEN)
 for name, h in out.items():
     print(name, h)
 """
-KERNELS = ["scan", "linear", "attention", "short_conv", "mamba", "block", "deltanet", "mamba2", "hyena"]
+KERNELS = ["scan", "linear", "attention", "short_conv", "mamba", "block", "deltanet", "mamba2", "hyena", "mlp"]
 
 
 BUILDS = ["sse2", "avx2"] + (["avx512"] if numerics.cpu_description()["avx512f"] else [])

@@ -174,6 +174,9 @@ KERNELS: dict[str, Kernel] = {
                         "its parts' own paths with the FFT convolution",
                         limits=(_at_most("length", HYENA_DIRECT_MAX_LEN, "length", "hyena_cpu's direct long convolution"),),
                         call_keys=("length",), device="cpu"),
+    # a block's MLP (ops.MLP: fc1, GELU, out_proj) where its block is not compiled whole; fp32
+    "mlp_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mlp_cpu", "mlp", "its layers and ATen's GELU",
+                      device="cpu"),
     # causal softmax attention without dropout (the attention mixer's CPU path; SDPA with dropout)
     "attention_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.attention_cpu", "attention", "SDPA",
                             limits=(_no_dropout,), call_keys=("dropout",), device="cpu"),

@@ -125,14 +125,25 @@ def use_fused_linears(module: nn.Module) -> None:
             m.__class__ = Linear
 
 
-class MLP(nn.Module):
+class MLP(KernelMixer):
+    """fc1 -> GELU -> out_proj. On the CPU in fp32 the fused ``mlp_cpu`` (one call each way; its
+    GELU by Abramowitz and Stegun's erf, as the compiled attention block's); elsewhere its layers
+    (each the fused linear layer on the CPU) and ATen's exact GELU."""
+    op_name = "mlp"
+    kernel_name = "mlp_cpu"  # no CUDA kernel: on CUDA forward_portable runs
+    cpu_kernel_name = "mlp_cpu"
+
     def __init__(self, d_model: int, ratio: int = 4):
         super().__init__()
         self.fc1 = nn.Linear(d_model, ratio * d_model)
         self.out_proj = nn.Linear(ratio * d_model, d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         return self.out_proj(F.gelu(self.fc1(x)))
+
+    def forward_cpu_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernel_function(self.cpu_kernel_name)(x, self.fc1.weight, self.fc1.bias, self.out_proj.weight,
+                                                          self.out_proj.bias)
 
 
 def fft_causal_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

@@ -24,9 +24,8 @@ with their weights side by side where they share their input: each element's cha
 its own projection); the
 attention probabilities as ``attention_cpu`` computes them, kept for the backward pass; the layer
 norm's mean the ordered sum of the row over D, its variance the ordered sum of the squared
-deviations (fused multiply-adds) over D, then (x - mean) / sqrt(var + eps) w + b; GELU x/2 (1 +
-erf(x / sqrt 2)) with the erf of Abramowitz and Stegun's 7.1.26 on ``common.exp`` (absolute error
-below 1.5e-7, about one fp32 unit of 1 + erf). Every sum over rows (weight, bias and norm
+deviations (fused multiply-adds) over D, then (x - mean) / sqrt(var + eps) w + b; the MLP
+``mlp_cpu``'s (its GELU by Abramowitz and Stegun's erf). Every sum over rows (weight, bias and norm
 gradients) in row order; the input gradient the residual's, then the norm's added; with a
 convolution, the norm's output gradient the paths' in the order q, k, v.
 """
@@ -39,17 +38,13 @@ from torch.autograd.function import once_differentiable
 
 from arrepro.models.backbone import BLOCK_PARAMS
 from arrepro.models.cpu_kernels.attention_cpu import _probabilities, _rotate
-from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, exp, fma
+from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, fma
 from arrepro.models.cpu_kernels.linear_cpu import _column_sums, _gemm, _side_by_side, _weight_grad
+from arrepro.models.cpu_kernels.mlp_cpu import _mlp_backward, _mlp_forward
 from arrepro.models.cpu_kernels.short_conv_cpu import _conv_ahead, _conv_ahead_backward
 from arrepro.models.ops import apply_rotary, rotary_tables
 
 _K = K[np.dtype(np.float32)]
-# GELU's constants in fp32: 1/2, 1/sqrt 2, 1/sqrt(2 pi), 7.1.26's p and a1..a5, 1
-_G = np.array([0.5, 0.7071067811865476, 0.3989422804014327, 0.3275911, 0.254829592, -0.284496736,
-               1.421413741, -1.453152027, 1.061405429, 1.0], dtype=np.float32)
-
-
 @njit(cache=True, error_model="numpy")
 def _norm(x, w, b, eps, h, mean, rstd):
     """h = the layer norm of each row of x (mean, rstd kept for the backward pass)."""
@@ -85,32 +80,6 @@ def _norm_backward(gh, x, w, mean, rstd, gx, gw, gb):
         s1, s2 = s1 / np.float32(D), s2 / np.float32(D)
         for d in range(D):
             gx[i, d] += r * (gh[i, d] * w[d] - s1 - (x[i, d] - mu) * r * s2)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _phi(x):
-    """The normal CDF, (1 + erf(x / sqrt 2)) / 2, erf by 7.1.26 (branch-free: the loops vectorise)."""
-    z = x * _G[1]
-    az = abs(z)
-    t = _G[9] / fma(_G[3], az, _G[9])
-    p = fma(fma(fma(fma(_G[8], t, _G[7]), t, _G[6]), t, _G[5]), t, _G[4])
-    e = _G[9] - p * t * exp(-(z * z))
-    return _G[0] * (_G[9] + (e if z >= _K[5] else -e))
-
-
-@njit(cache=True, error_model="numpy")
-def _gelu(a, out):
-    for i in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            out[i, j] = a[i, j] * _phi(a[i, j])
-
-
-@njit(cache=True, error_model="numpy")
-def _gelu_backward(g, a, ga):
-    for i in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            x = a[i, j]
-            ga[i, j] = g[i, j] * (_phi(x) + x * (_G[2] * exp(-(_G[0] * x * x))))
 
 
 @njit(cache=True, error_model="numpy")
@@ -162,12 +131,7 @@ def _forward(x, p, cw, cb, has, ahead, cos, sin, nb, L, H, idx, eps, scale):
         xk[r] = x1[idx[r]]
     h2, mean2, rstd2 = np.empty((n, D), x.dtype), np.empty(n, x.dtype), np.empty(n, x.dtype)
     _norm(xk, g2, b2, eps, h2, mean2, rstd2)
-    a = np.empty((n, W1.shape[0]), x.dtype)
-    _gemm(h2, np.ascontiguousarray(W1.T), a, c1, True)
-    ge = np.empty_like(a)
-    _gelu(a, ge)
-    y = np.empty((n, D), x.dtype)
-    _gemm(ge, np.ascontiguousarray(W2.T), y, c2, True)
+    y, a, ge = _mlp_forward(h2, W1, c1, W2, c2)
     for r in range(n):
         for d in range(D):
             y[r, d] += xk[r, d]
@@ -184,16 +148,8 @@ def _backward(gy, x, p, cw, has, ahead, cos, sin, saved, nb, L, H, idx, scale, g
     M, D = x.shape
     dh = D // H
     none = gbo[:0]
-    _weight_grad(gy, ge, gW2)
-    _column_sums(gy, gc2)
-    gge = np.empty_like(ge)
-    _gemm(gy, W2, gge, none, False)
-    ga = np.empty_like(a)
-    _gelu_backward(gge, a, ga)
-    _weight_grad(ga, h2, gW1)
-    _column_sums(ga, gc1)
     gh2 = np.empty_like(h2)
-    _gemm(ga, W1, gh2, none, False)
+    _mlp_backward(gy, h2, W1, W2, a, ge, gW1, gc1, gW2, gc2, gh2)
     gxk = gy.copy()  # the residual's gradient, then the norm's added
     gg2[:], gb2[:] = _K[5], _K[5]
     _norm_backward(gh2, xk, g2, mean2, rstd2, gxk, gg2, gb2)

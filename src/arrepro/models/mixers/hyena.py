@@ -84,7 +84,8 @@ REQUIRES = (
 
 @register("hyena")
 class Hyena(KernelMixer):
-    kernel_name = cpu_kernel_name = "hyena_cpu"  # no GPU kernel: on CUDA tensors forward_fallback runs
+    kernel_name = "hyena_cpu"  # no GPU kernel: on CUDA tensors forward_fallback runs
+    cpu_kernel_name = "hyena_cpu"
 
     def __init__(self, d_model: int, *, max_len: int, order: int = 2, filter_order: int = 64,
                  short_filter: int = 3, emb_dim: int = 3):
