@@ -1,15 +1,17 @@
 #!/usr/bin/env python
 """The fused CPU paths of whole blocks and mixers against what ran before them, side by side in one
 process: the attention block compiled whole (cpu_kernels/block_cpu.py) against the block's own
-modules (each with its own fused kernels: linear_cpu, attention_cpu, short_conv_cpu), and the
-DeltaNet mixer fused (cpu_kernels/deltanet_cpu.py) against its portable chunked path (its linear
-layers fused either way); the demo's models at their shapes, one training step as the trainer
-takes it (labelled logits and loss, zero_grad, backward, fused AdamW), pinned numerics, one
-thread, interleaved rounds. Prints each model's median ms a step both ways and their ratio, and
-the loss of the last step of each (the two paths' bits differ: the compiled block's layer norm and
-GELU are not ATen's; the fused DeltaNet walks the delta rule step by step).
+modules (each with its own fused kernels: linear_cpu, attention_cpu, short_conv_cpu); the DeltaNet,
+Mamba2 and Hyena mixers fused (deltanet_cpu, mamba2_cpu, hyena_cpu) with their blocks' MLP
+(mlp_cpu) against their fallbacks (the portable chunked paths; Hyena's FFT convolution with its
+short conv's and linear layers' own kernels; the MLP's linear layers and ATen's GELU); the demo's
+models at their shapes, one training step as the trainer takes it (labelled logits and loss,
+zero_grad, backward, fused AdamW), pinned numerics, one thread, interleaved rounds. Prints each
+model's median ms a step both ways and their ratio, and the loss of the last step of each (the two
+paths' bits differ: the compiled block's layer norm and GELU are not ATen's; the fused mixers sum
+in orders of their own).
 
-    .venv/bin/python bench/bench_block_cpu.py [--rounds 5] [--steps 40] [--only DeltaNet]
+    .venv/bin/python bench/bench_block_cpu.py [--rounds 5] [--steps 40] [--only DeltaNet,Mamba2,Hyena]
 """
 from __future__ import annotations
 
@@ -37,19 +39,24 @@ CELLS = [
     ("copy: Transformer 2x32 (rotary)", dict(model="transformer_rope", width=32, layers=2, task="copy", batch=32)),
     ("copy: Transformer 4x32 (rotary)", dict(model="transformer_rope", width=32, layers=4, task="copy", batch=32)),
     ("DeltaNet 1x32 (Fig. 7)", dict(model="deltanet", width=32, layers=1, task="L32", batch=32)),
+    ("Mamba2 1x32 (Fig. 7)", dict(model="mamba2", width=32, layers=1, task="L32", batch=32)),
+    ("Hyena 2x32", dict(model="hyena", width=32, layers=2, task="L32", batch=32)),
+    ("Hyena 1x48", dict(model="hyena", width=48, layers=1, task="L32", batch=32)),
 ]
 
 
 def _unfused(model):
-    """A copy of ``model`` as it ran before its fused paths: each compiled block's modules, each
-    fused mixer's portable path (an instance without ``cpu_kernel_name`` asks its CUDA kernel,
-    which a CPU tensor refuses)."""
+    """A copy of ``model`` as it ran before its fused paths: each compiled block's modules; each
+    fused mixer's and fused MLP's fallback (the portable path, or its parts' own kernels: Hyena's
+    short conv and linear layers, the MLP's linear layers with ATen's GELU)."""
     model = copy.deepcopy(model)
     for b in model.layers:
         if b.fused is not None:
             b.fused = None
-        else:
-            b.mixer.cpu_kernel_name = None
+            continue
+        for m in (b.mixer, b.mlp):
+            if getattr(m, "cpu_kernel_name", None):
+                m.forward = m.forward_fallback
     return model
 
 
@@ -57,12 +64,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--only", default="", help="the models whose label contains this text (default: all)")
+    ap.add_argument("--only", default="", help="the models whose label contains one of these comma-separated texts "
+                    "(default: all)")
     args = ap.parse_args(ARGS)
     numerics.settle()
     runs = []
     for label, cell in CELLS:
-        if args.only not in label:
+        if args.only and not any(text in label for text in args.only.split(",")):
             continue
         fused, _, batches = cpu_steps._build(cell)
         if not all(b.fused is not None or getattr(b.mixer, "cpu_kernel_name", None) for b in fused.layers):

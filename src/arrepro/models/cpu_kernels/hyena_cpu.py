@@ -30,49 +30,78 @@ from torch.autograd.function import once_differentiable
 from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, fma
 from arrepro.models.cpu_kernels.linear_cpu import _column_sums, _gemm, _weight_grad
 from arrepro.models.cpu_kernels.short_conv_cpu import _conv, _conv_backward
+from arrepro.models.cpu_kernels.simd import LANES, vload, vsplat, vstore
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
 
 @njit(cache=True, error_model="numpy")
 def _long_conv(w, h, fb, nb, L, c):
-    """c (M, d) = the causal convolution of w (M, d) with h (L, d) (tap j at lag j) + fb w."""
+    """c (M, d) = the causal convolution of w (M, d) with h (L, d) (tap j at lag j) + fb w; channels
+    in vectors of ``simd.LANES`` held in registers over the taps, the rest one by one (the same
+    arithmetic). Every array with unit stride in its last dimension."""
     d = w.shape[1]
+    EB = d - d % LANES
     for b in range(nb):
         for t in range(L):
             m = b * L + t
-            for e in range(d):
-                c[m, e] = h[0, e] * w[m, e]
-            for j in range(1, t + 1):
-                for e in range(d):
-                    c[m, e] = fma(h[j, e], w[m - j, e], c[m, e])
-            for e in range(d):
-                c[m, e] = fma(fb[e], w[m, e], c[m, e])
+            for e0 in range(0, EB, LANES):
+                acc = vload(h[0], e0) * vload(w[m], e0)
+                for j in range(1, t + 1):
+                    acc = fma(vload(h[j], e0), vload(w[m - j], e0), acc)
+                vstore(c[m], e0, fma(vload(fb, e0), vload(w[m], e0), acc))
+            for e in range(EB, d):
+                v = h[0, e] * w[m, e]
+                for j in range(1, t + 1):
+                    v = fma(h[j, e], w[m - j, e], v)
+                c[m, e] = fma(fb[e], w[m, e], v)
 
 
 @njit(cache=True, error_model="numpy")
 def _long_conv_backward(dc, w, h, fb, nb, L, dw, dh, dfb):
-    """The gradients of ``_long_conv`` for dc = dL/dc: dw (M, d), dh (L, d), dfb (d,)."""
+    """The gradients of ``_long_conv`` for dc = dL/dc: dw (M, d), dh (L, d), dfb (d,); vectors as there."""
     d = w.shape[1]
+    EB = d - d % LANES
+    zero = np.zeros(1, dtype=w.dtype)[0]
+    zv = vsplat(zero)
     for b in range(nb):
         for t in range(L):
             m = b * L + t
-            for e in range(d):
-                dw[m, e] = fb[e] * dc[m, e]
-            for j in range(L - t):
-                for e in range(d):
-                    dw[m, e] = fma(h[j, e], dc[m + j, e], dw[m, e])
-    dh[:, :] = 0
+            for e0 in range(0, EB, LANES):
+                acc = vload(fb, e0) * vload(dc[m], e0)
+                for j in range(L - t):
+                    acc = fma(vload(h[j], e0), vload(dc[m + j], e0), acc)
+                vstore(dw[m], e0, acc)
+            for e in range(EB, d):
+                v = fb[e] * dc[m, e]
+                for j in range(L - t):
+                    v = fma(h[j, e], dc[m + j, e], v)
+                dw[m, e] = v
     for j in range(L):
-        for b in range(nb):
-            for t in range(j, L):
-                m = b * L + t
-                for e in range(d):
-                    dh[j, e] = fma(dc[m, e], w[m - j, e], dh[j, e])
-    dfb[:] = 0
-    for m in range(w.shape[0]):
-        for e in range(d):
-            dfb[e] = fma(dc[m, e], w[m, e], dfb[e])
+        for e0 in range(0, EB, LANES):
+            acc = zv
+            for b in range(nb):
+                for t in range(j, L):
+                    m = b * L + t
+                    acc = fma(vload(dc[m], e0), vload(w[m - j], e0), acc)
+            vstore(dh[j], e0, acc)
+        for e in range(EB, d):
+            v = zero
+            for b in range(nb):
+                for t in range(j, L):
+                    m = b * L + t
+                    v = fma(dc[m, e], w[m - j, e], v)
+            dh[j, e] = v
+    for e0 in range(0, EB, LANES):
+        acc = zv
+        for m in range(w.shape[0]):
+            acc = fma(vload(dc[m], e0), vload(w[m], e0), acc)
+        vstore(dfb, e0, acc)
+    for e in range(EB, d):
+        v = zero
+        for m in range(w.shape[0]):
+            v = fma(dc[m, e], w[m, e], v)
+        dfb[e] = v
 
 
 @njit(cache=True, error_model="numpy")

@@ -55,16 +55,14 @@ def _chunk(s, dt, Ah, m0, Tc, c0, E, N, P, xd, xdT, Bc, Cc, cum, Em, G):
         for n in range(N):
             Bc[n, t] = s[m, E + n]
             Cc[t, n] = s[m, E + N + n]
-    for t in range(Tc):  # C_t . B_s: a chain over n for each s <= t, the loop over s innermost
-        for j in range(t + 1):
-            G[t, j] = Cc[t, 0] * Bc[0, j]
-        for n in range(1, N):
-            c = Cc[t, n]
-            for j in range(t + 1):
-                G[t, j] = fma(c, Bc[n, j], G[t, j])
+    # C_t . B_s for every s (those after t computed and not read): linear_cpu's product, a chain over n
+    _gemm(Cc[:Tc], Bc[:, :Tc], G[:Tc, :Tc], cum[:0], False)
+    for t in range(Tc):  # the decays; zeros after t (G lower triangular: the products below sum over all s)
         for j in range(t + 1):
             Em[t, j] = exp(cum[t] - cum[j])
             G[t, j] = G[t, j] * Em[t, j]
+        for j in range(t + 1, Tc):
+            G[t, j] = 0.0
 
 
 @njit(cache=True, error_model="numpy")
@@ -84,14 +82,9 @@ def _scan_forward(s, dt, A, Dv, nb, L, H, P, N, T, y, states, K):
                 m0, Tc = b * L + c * T, min(T, L - c * T)
                 _chunk(s, dt[:, h], A[h], m0, Tc, c0, E, N, P, xd, xdT, Bc, Cc, cum, Em, G)
                 S = states[b, h, c]
+                _gemm(G[:Tc, :Tc], xd[:Tc], y[m0:m0 + Tc, c0:c0 + P], cum[:0], False)  # sum_s G_ts xd_s, s in order
                 for t in range(Tc):
                     m = m0 + t
-                    for p in range(P):
-                        y[m, c0 + p] = G[t, 0] * xd[0, p]
-                    for j in range(1, t + 1):
-                        g = G[t, j]
-                        for p in range(P):
-                            y[m, c0 + p] = fma(g, xd[j, p], y[m, c0 + p])
                     if c > 0:  # the entering state: exp(cum_t) S^T C_t
                         for p in range(P):
                             u[p] = S[0, p] * Cc[t, 0]
@@ -135,7 +128,7 @@ def _scan_backward(gy, s, dt, A, Dv, nb, L, H, P, N, T, states, gs, gdt, gA, gD,
     Em, G, dG = np.empty((T, T), dtp), np.empty((T, T), dtp), np.empty((T, T), dtp)
     dxd, dcum = np.empty((T, P), dtp), np.empty(T, dtp)
     dS, dSin, St = np.empty((N, P), dtp), np.empty((N, P), dtp), np.empty((P, N), dtp)
-    u, Z, dDv = np.empty(P, dtp), np.empty((T, P), dtp), np.empty(P, dtp)
+    u, Z, dDv, tN = np.empty(P, dtp), np.empty((T, P), dtp), np.empty(P, dtp), np.empty((T, N), dtp)
     zero = K[5]
     for h in range(H):
         c0 = h * P
@@ -150,21 +143,9 @@ def _scan_backward(gy, s, dt, A, Dv, nb, L, H, P, N, T, states, gs, gdt, gA, gD,
                     m = m0 + t
                     for p in range(P):
                         dDv[p] = fma(gy[m, c0 + p], s[m, c0 + p], dDv[p])
-                for t in range(Tc):  # dG_ts = dy_t . xd_s (a chain over p), s <= t innermost
-                    m = m0 + t
-                    for j in range(t + 1):
-                        dG[t, j] = gy[m, c0] * xdT[0, j]
-                    for p in range(1, P):
-                        gp = gy[m, c0 + p]
-                        for j in range(t + 1):
-                            dG[t, j] = fma(gp, xdT[p, j], dG[t, j])
-                for j in range(Tc):  # dxd_s = sum_{t>=s} G_ts dy_t
-                    for p in range(P):
-                        dxd[j, p] = G[j, j] * gy[m0 + j, c0 + p]
-                    for t in range(j + 1, Tc):
-                        g = G[t, j]
-                        for p in range(P):
-                            dxd[j, p] = fma(g, gy[m0 + t, c0 + p], dxd[j, p])
+                # dG_ts = dy_t . xd_s for every s (a chain over p; those after t computed and not read)
+                _gemm(gy[m0:m0 + Tc, c0:c0 + P], xdT[:, :Tc], dG[:Tc, :Tc], cum[:0], False)
+                _gemm(G[:Tc, :Tc].T, gy[m0:m0 + Tc, c0:c0 + P], dxd[:Tc], cum[:0], False)  # dxd_s = sum_t G_ts dy_t
                 for t in range(Tc):  # dcum from the decays (off the diagonal), then dG becomes d(C_t . B_s)
                     acc = zero
                     for j in range(t):
@@ -175,33 +156,21 @@ def _scan_backward(gy, s, dt, A, Dv, nb, L, H, P, N, T, states, gs, gdt, gA, gD,
                     for t in range(j + 1, Tc):
                         acc = fma(dG[t, j], G[t, j], acc)
                     dcum[j] = dcum[j] - acc
-                for t in range(Tc):
+                for t in range(Tc):  # d(C_t . B_s), lower triangular
                     for j in range(t + 1):
                         dG[t, j] = dG[t, j] * Em[t, j]
-                for t in range(Tc):  # dC_t = sum_{s<=t} dCB_ts B_s (B and C serve every head: the heads' chains one after another)
-                    m = m0 + t
-                    if h == 0:
-                        for n in range(N):
-                            gs[m, E + N + n] = dG[t, 0] * Bc[n, 0]
+                    for j in range(t + 1, Tc):
+                        dG[t, j] = zero
+                # dC_t = sum_s dCB_ts B_s, dB_s = sum_t dCB_ts C_t; B and C serve every head: the heads' sums added in order
+                for which in range(2):
+                    if which == 0:
+                        _gemm(dG[:Tc, :Tc], s[m0:m0 + Tc, E:E + N], tN[:Tc], cum[:0], False)
                     else:
+                        _gemm(dG[:Tc, :Tc].T, s[m0:m0 + Tc, E + N:E + 2 * N], tN[:Tc], cum[:0], False)
+                    col = E + N if which == 0 else E
+                    for t in range(Tc):
                         for n in range(N):
-                            gs[m, E + N + n] = fma(dG[t, 0], Bc[n, 0], gs[m, E + N + n])
-                    for j in range(1, t + 1):
-                        g = dG[t, j]
-                        for n in range(N):
-                            gs[m, E + N + n] = fma(g, Bc[n, j], gs[m, E + N + n])
-                for j in range(Tc):  # dB_s = sum_{t>=s} dCB_ts C_t
-                    m = m0 + j
-                    if h == 0:
-                        for n in range(N):
-                            gs[m, E + n] = dG[j, j] * Cc[j, n]
-                    else:
-                        for n in range(N):
-                            gs[m, E + n] = fma(dG[j, j], Cc[j, n], gs[m, E + n])
-                    for t in range(j + 1, Tc):
-                        g = dG[t, j]
-                        for n in range(N):
-                            gs[m, E + n] = fma(g, Cc[t, n], gs[m, E + n])
+                            gs[m0 + t, col + n] = tN[t, n] if h == 0 else gs[m0 + t, col + n] + tN[t, n]
                 if c > 0:  # the entering state's terms: y_t += exp(cum_t) S^T C_t
                     for n in range(N):
                         for p in range(P):
