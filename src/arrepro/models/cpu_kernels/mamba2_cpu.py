@@ -21,9 +21,10 @@ leaving state (a run shorter than a chunk, as the demo's, has neither): these ar
 code, so a cell's bits stay a function of the cell.
 
 Numerics, in the input dtype (the portable path's bits are not kept: it sums its products in
-ATen's order): the products are ``linear_cpu``'s and the conv ``short_conv_cpu``'s; every other
-sum is a chain of fused multiply-adds in a fixed order (over N for C . B, over s for y, over
-the rows for a weight), written so that the innermost loop runs over independent outputs; exp,
+ATen's order): the conv is ``short_conv_cpu``'s and every product ``linear_cpu``'s (in_proj,
+out_proj, and within a chunk C B^T, G xd, dy xd^T, G^T dy, dCB B and dCB^T C: each element a chain
+over its sum in order, G and dCB lower triangular with exact zeros above, so an element sums
+exactly its terms s <= t); every other sum a chain of fused multiply-adds in a fixed order; exp,
 sigmoid and softplus ``common``'s, 1/sqrt IEEE's. So the same bits on every x86-64 CPU.
 """
 from __future__ import annotations
