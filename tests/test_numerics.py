@@ -74,7 +74,7 @@ def identical(a: dict, b: dict) -> bool:
 CALLERS = {"ATEN_CPU_CAPABILITY": ({"ATEN_CPU_CAPABILITY": "default"}, {"ATEN_CPU_CAPABILITY": "avx2"}, SPEC,
                                    [("mamba.mamba_cpu", "kernel"), ("linear.linear_cpu", "kernel")]),
            "MKL_CBWR": ({"MKL_CBWR": "COMPATIBLE"}, {"MKL_CBWR": "AVX2"}, HYENA,
-                        [("linear.linear_cpu", "kernel"), ("short_conv.short_conv_cpu", "kernel")])}
+                        [("hyena.hyena_cpu", "kernel"), ("linear.linear_cpu", "kernel"), ("mlp.mlp_cpu", "kernel")])}
 
 
 @needs_avx2
