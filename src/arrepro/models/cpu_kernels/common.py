@@ -279,6 +279,34 @@ def fma_exact(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where(halfway & toward_other, other, r).astype(np.float32)
 
 
+def check_mixer(m, d: int, L: int, fused, dtype, g, tol: float, what: str, loose=lambda name, ref: False) -> None:
+    """A fused mixer's self-check: ``m`` (an fp64 mixer of width d) with its parameters moved by 0.3
+    N(0, 1) from ``g``, two sequences of length L and an output gradient from ``g``; its portable path in fp64
+    against ``fused(x, m)`` in ``dtype`` (m moved to dtype), output and every gradient, each's
+    largest error relative to its reference's largest value within ``tol`` (25 tol where
+    ``loose(name, reference)``); raises RuntimeError naming ``what`` and the tensor otherwise."""
+    import torch
+
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
+    u = torch.randn(2, L, d, generator=g, dtype=torch.float64)
+    gy = torch.randn(2, L, d, generator=g, dtype=torch.float64)
+    ref_in = u.clone().requires_grad_()
+    ref = m.forward_portable(ref_in)
+    ref_grads = torch.autograd.grad(ref, [ref_in, *m.parameters()], gy)
+    mc = m.to(dtype)
+    x = u.to(dtype).requires_grad_()
+    y = fused(x, mc)
+    grads = torch.autograd.grad(y, [x, *mc.parameters()], gy.to(dtype))
+    names = ["y", "dx"] + [n for n, _ in mc.named_parameters()]
+    for name, a, r in zip(names, [y, *grads], [ref, *ref_grads]):
+        err = (a.double() - r).abs().max().item() / max(r.abs().max().item(), 1e-30)
+        t = 25 * tol if loose(name, r) else tol
+        if not err <= t:
+            raise RuntimeError(f"{what}: {name} ({dtype}) off by {err:.2e} (tolerance {t})")
+
+
 def arrays(*ts):
     """numpy views of contiguous CPU tensors (no copy when already contiguous)."""
     return [t.detach().contiguous().numpy() for t in ts]

@@ -28,7 +28,7 @@ import torch
 from numba import njit
 from torch.autograd.function import once_differentiable
 
-from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, fma, sigmoid, unit, unit_backward
+from arrepro.models.cpu_kernels.common import CODEGEN, K, check_codegen, check_mixer, fma, sigmoid, unit, unit_backward
 from arrepro.models.cpu_kernels.linear_cpu import _gemm, _side_by_side, _weight_grad
 from arrepro.models.cpu_kernels.short_conv_cpu import _short_conv_backward, _short_conv_forward
 
@@ -261,22 +261,6 @@ def self_check(dtype: torch.dtype = torch.float32) -> str:
         with torch.random.fork_rng():
             torch.manual_seed(0)
             m = DeltaNet(d, max_len=16, num_heads=heads, conv_size=3).double()
-        with torch.no_grad():
-            for p in m.parameters():
-                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
-        u = torch.randn(2, L, d, generator=g, dtype=torch.float64)
-        gy = torch.randn(2, L, d, generator=g, dtype=torch.float64)
-        ref_in = u.clone().requires_grad_()
-        ref = m.forward_portable(ref_in)
-        ref_grads = torch.autograd.grad(ref, [ref_in, *m.parameters()], gy)
-        mc = m.to(dtype)
-        x = u.to(dtype).requires_grad_()
-        y = deltanet(x, *mc.cpu_kernel_arguments())
-        grads = torch.autograd.grad(y, [x, *mc.parameters()], gy.to(dtype))
-        names = ["y", "dx"] + [n for n, _ in mc.named_parameters()]
-        for name, a, r in zip(names, [y, *grads], [ref, *ref_grads]):
-            err = (a.double() - r).abs().max().item() / max(r.abs().max().item(), 1e-30)
-            if not err <= tol:
-                raise RuntimeError(f"fused CPU DeltaNet self-check (width {d}, {heads} heads, length {L}): {name} "
-                                   f"({dtype}) off by {err:.2e} (tolerance {tol})")
+        check_mixer(m, d, L, lambda x, mc: deltanet(x, *mc.cpu_kernel_arguments()), dtype, g, tol,
+                    f"fused CPU DeltaNet self-check (width {d}, {heads} heads, length {L})")
     return CODEGEN
