@@ -271,6 +271,15 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
+def _outside_limits(k: Kernel, call: dict) -> str | None:
+    """Why the call is outside the kernel's limits (the first that says so, with what runs instead), or None."""
+    for limit in k.limits:
+        why = limit(call)
+        if why:
+            return f"{why}: {k.fallback}"
+    return None
+
+
 def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, str | None, str]:
     k = KERNELS[name]
     if not kernels_enabled():
@@ -287,10 +296,9 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
         dtype = compute_dtype(x)
         if dtype not in CPU_DTYPES:
             return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} computes in fp32/fp64: {k.fallback}"
-        for limit in k.limits:  # before the self-check: a call outside the limits never needs the kernel
-            why = limit(call)
-            if why:
-                return None, package, f"{why}: {k.fallback}"
+        why = _outside_limits(k, call)  # before the self-check: a call outside the limits never needs the kernel
+        if why:
+            return None, package, why
         fn, why = _cpu_kernel(name, dtype)
         return fn, package, f"cpu {DTYPE_NAMES.get(dtype, dtype)}: " + (why if fn is None else f"self-checked, {why}")
     elif not x.is_cuda:
@@ -302,10 +310,9 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
     dtype = compute_dtype(x)
     if k.half_only and dtype not in HALF:
         return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} needs bf16/fp16: {k.fallback}"
-    for limit in k.limits:
-        why = limit(call)
-        if why:
-            return None, package, f"{why}: {k.fallback}"
+    why = _outside_limits(k, call)
+    if why:
+        return None, package, why
     if k.min_capability and x.is_cuda:
         cap = torch.cuda.get_device_capability(x.device)
         if cap < k.min_capability:
