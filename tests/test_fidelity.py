@@ -1,11 +1,13 @@
-"""The paper scale of config.yaml against the values the paper states, and the fidelity table."""
+"""The paper scale of config.yaml against the values the paper states, and the fidelity tables:
+the settings (arrepro.report.fidelity) and what the code builds (arrepro.report.fidelity_built)."""
 import copy
+import functools
 from pathlib import Path
 
 import pytest
 import yaml
 
-from arrepro.report import fidelity
+from arrepro.report import fidelity, fidelity_built
 from arrepro.config.grid import Grid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,13 +69,58 @@ def test_a_changed_setting_is_caught():
         fidelity.rows(c)
 
 
-def test_every_choice_names_a_setting_of_the_table():
-    settings = {r.setting for r in fidelity.REFERENCE}
+@functools.lru_cache(maxsize=None)
+def built(key: str = "config") -> list[dict]:
+    """The built-model table of config.yaml (building the paper scale's models takes seconds: once)."""
+    return fidelity_built.rows(CONFIG)
+
+
+def test_every_choice_names_a_setting_of_the_tables():
+    settings = {r.setting for r in fidelity.REFERENCE} | {k for r in built() for k in r["keys"]}
     assert set(PAPER["choices"]) <= settings, set(PAPER["choices"]) - settings
     used = {r["setting"] for r in fidelity.rows(CONFIG) if r["whose"].startswith("CHOICE")}
+    used |= {k for r in built() if r["whose"].startswith("CHOICE") for k in r["keys"] if k in PAPER["choices"]}
     assert used == set(PAPER["choices"]), "a reason for a setting that takes a source's value is stale"
 
 
-def test_the_readme_shows_the_current_table():
+def test_the_readme_shows_the_current_tables():
     page = (ROOT / "docs" / "fidelity.md").read_text()
     assert fidelity.markdown(CONFIG) in page, "docs/fidelity.md's table is stale: python -m arrepro.report.fidelity"
+    assert fidelity_built.markdown(CONFIG, built()) in page, \
+        "docs/fidelity.md's built-model table is stale: python -m arrepro.report.fidelity_built"
+
+
+def test_what_the_code_builds_is_the_sources_or_a_stated_choice():
+    """Every paper-scale model as its cells build it: first weights, weight decay, dropout, norms."""
+    rows = built()
+    bad = [(r["model"], r["quantity"], r["here"], r["rule"]) for r in rows if r["whose"] == "DEVIATION"]
+    assert not bad, f"built models that follow neither their source nor a stated choice: {bad}"
+    quantities = {r["quantity"] for r in rows}
+    assert {"init: other linear weights", "init: residual outputs", "init: embeddings", "weight decay",
+            "embedding dropout", "attention dropout", "block norm"} <= quantities
+    models = {m for r in rows for m in r["model"].split(", ")}
+    paper_models = {m for e in PAPER["experiments"].values() for g in e["grids"] for m in g["models"]}
+    assert models == paper_models  # every model the paper scale trains is built and read
+
+
+def _deviations(config, model) -> set[tuple[str, str]]:
+    return {(m, r["quantity"]) for r in fidelity_built.rows(config, {model}) if r["whose"] == "DEVIATION"
+            for m in r["model"].split(", ")}
+
+
+@pytest.mark.parametrize("edit, model, quantity", [
+    # the project's earlier recipe: matrices decayed only, N(0, 0.02) for Mamba's blocks
+    (lambda c: c["scales"]["paper"]["recipes"]["paper"].update(decay="matrices"), "attention", "weight decay"),
+    (lambda c: c["scales"]["paper"]["recipes"]["paper"].update(init="normal"), "mamba", "init: other linear weights"),
+    (lambda c: c["scales"]["paper"]["recipes"]["paper"].update(init="normal"), "deltanet", "init: residual outputs"),
+    (lambda c: c["scales"]["paper"]["recipes"]["copy"].update(init="zoology"), "transformer_rope_jelassi",
+     "init: residual outputs"),
+    (lambda c: c["models"]["mamba"].pop("norm"), "mamba", "block norm"),
+    (lambda c: c["models"]["attention"]["mixer_kwargs"].update(dropout=0.1), "attention", "attention dropout"),
+    (lambda c: c["scales"]["paper"]["recipes"]["paper"].update(embed_dropout=0.0), "hyena", "embedding dropout"),
+])
+def test_a_departure_of_what_is_built_is_caught(edit, model, quantity):
+    c = copy.deepcopy(CONFIG)
+    edit(c)
+    assert (model, quantity) not in _deviations(CONFIG, model)
+    assert (model, quantity) in _deviations(c, model)

@@ -6,6 +6,29 @@ from arrepro.report.paper import grid_meta as paper_meta  # noqa: E402
 # and TABLES, from GRID.experiments), and the Mamba blocks' figure where the scale trains them (BLOCK_FIGURE).
 
 
+# The paper scale's models as their cells build them (first weights, weight decay, dropout, norms)
+# beside the sources' rules (arrepro.report.fidelity_built): the appendix's second fidelity table,
+# whatever the scale of the document. Torch builds the models: the train env.
+PAPER_MODELS = sorted({m for e in config.get("scales", {}).get("paper", {}).get("experiments", {}).values()
+                       for g in e["grids"] for m in g["models"]})
+
+
+rule fidelity_built:
+    output:
+        f"{OUT}/paper/fidelity_built.tex",
+    params:
+        code=script_code("scripts/fidelity_built.py",
+                         *sorted({f for m in PAPER_MODELS for f in train_sources(config["models"][m]["mixer"], ROOT)})),
+        config=json.dumps({"models": config["models"], "scales": {"paper": config.get("scales", {}).get("paper")}},
+                          sort_keys=True),
+    log:
+        f"{OUT}/logs/fidelity_built.log",
+    conda:
+        "../../envs/train.yaml"
+    script:
+        "../../scripts/fidelity_built.py"
+
+
 rule paper_numbers:
     output:
         numbers=f"{OUT}/paper/numbers.tex",
@@ -63,6 +86,7 @@ rule paper:
         bib="paper/refs.bib",
         numbers=f"{OUT}/paper/numbers.tex",
         setup=f"{OUT}/paper/setup.tex",
+        fidelity=f"{OUT}/paper/fidelity_built.tex",
         figures=[f"{OUT}/{e}.pdf" for e in FIGURES] + BLOCK_FIGURE[:1],
         tables=[f"{OUT}/{e}.tex" for e in TABLES],
     params:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import types
 
 MODEL = types.MappingProxyType({"mixer_kwargs": types.MappingProxyType({}), "mlp": True, "mlp_ratio": 4,
-                                "position": "none"})
+                                "position": "none", "norm": "layer"})
+# decay "all" and init "zoology": the sources' readings (arrepro.models.backbone, arrepro.models.init)
 RECIPE = types.MappingProxyType({"embed_dropout": 0.0, "schedule_step": "step", "betas": (0.9, 0.999),
-                                 "grad_clip": None, "early_stop_accuracy": None})
+                                 "grad_clip": None, "early_stop_accuracy": None, "decay": "all", "init": "zoology"})
 SCALE = types.MappingProxyType({"device": "auto", "precision": "fp32", "subnormals": "flush"})
 
 

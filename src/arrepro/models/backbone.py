@@ -2,9 +2,17 @@
 
 token embedding (+ positional scheme) -> N x [pre-norm -> sequence mixer -> residual;
 pre-norm -> MLP -> residual] -> final norm -> tied LM head. ``mlp=False`` drops the MLP
-(the plain Mamba architecture, whose block already has its own gated expansion).
+(the plain Mamba architecture, whose block already has its own gated expansion); ``mlp="identity"``
+keeps its norm and residual with the identity for the MLP, x + LN(x): Zoology's TransformerBlock
+with its ``state_mixer`` the identity (zoology/model.py lines 149-159; the replication's models).
+``norm="rms"``: the blocks' pre-norms are RMSNorm (weight only, eps 1e-5), as Zoology's MambaBlock
+and Mamba2Block have them (zoology/mixers/mamba.py); the final norm stays a LayerNorm (Zoology's
+``ln_f``). The embedding dropout is Zoology's TransformerBlock's (its first ``dropout1``): a model of
+Mamba's blocks (``init.is_mamba_block``) has none, as neither Zoology's MambaBlock nor mamba-ssm has.
 
-Weights start at N(0, INIT_STD) (GPT-2's and Zoology's 0.02). The sinusoidal table is scaled to
+The first weights are drawn by the recipe's ``init`` rule (arrepro.models.init: Zoology's, Jelassi's
+or this project's earlier one); the optimiser decays every parameter or, with ``decay="matrices"``,
+the matrices only (``configure_optimizer``). The sinusoidal table is scaled to
 the same RMS as the token embeddings it is added to: at the textbook amplitude 1 it is 50x larger
 than them and swamps the tokens (a 1-layer Mamba on the demo's MQAR then ends at 0.012, under
 chance; scaled, at 0.240: at chance, where the other schemes reach 0.88-0.93; docs/demo.md, Table 4).
@@ -20,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from arrepro.config import defaults
+from arrepro.models.init import INIT_STD, initialise, is_mamba_block
 from arrepro.models.kernels import KernelMixer, overridden
 from arrepro.models.ops import MLP, TiedHead, apply_rotary, rotary_tables, sinusoidal_table, use_fused_linears
 from arrepro.models.registry import get_mixer
@@ -39,7 +48,8 @@ def _block_params(conv: str):
     return attrgetter(*BLOCK_PARAMS, *(f"mixer.convs.{path}.conv.{w}" for path in conv for w in ("weight", "bias")))
 
 IGNORE = -100
-INIT_STD = 0.02
+NORMS = ("layer", "rms")
+DECAYS = ("all", "matrices")
 
 
 class Block(KernelMixer):
@@ -50,13 +60,15 @@ class Block(KernelMixer):
     kernel, so only its cells' code digests count that kernel's file."""
     op_name = "block"
 
-    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool, mlp_ratio: int):
+    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool | str, mlp_ratio: int, norm: str = "layer"):
         super().__init__()
-        self.norm1, self.mixer = nn.LayerNorm(d_model), mixer
-        self.norm2 = nn.LayerNorm(d_model) if mlp else None
-        self.mlp = MLP(d_model, mlp_ratio) if mlp else None
+        make_norm = (lambda: nn.RMSNorm(d_model, eps=1e-5)) if norm == "rms" else (lambda: nn.LayerNorm(d_model))
+        self.norm1, self.mixer = make_norm(), mixer
+        self.norm2 = make_norm() if mlp else None
+        self.mlp = nn.Identity() if mlp == "identity" else MLP(d_model, mlp_ratio) if mlp else None
         name = getattr(mixer, "block_cpu_kernel_name", None)
-        self.fused = mixer.block_kernel() if mlp and name else None
+        # the compiled block is a LayerNorm block with its MLP
+        self.fused = mixer.block_kernel() if mlp is True and norm == "layer" and name else None
         if self.fused is not None:
             self.kernel_name = self.cpu_kernel_name = name  # no CUDA kernel: on CUDA the modules
 
@@ -93,10 +105,15 @@ class LanguageModel(nn.Module):
     def __init__(self, *, vocab_size: int, d_model: int, n_layers: int, max_len: int, mixer: str,
                  mixer_kwargs: dict | None = None, mlp: bool = defaults.MODEL["mlp"],
                  mlp_ratio: int = defaults.MODEL["mlp_ratio"], position: str = defaults.MODEL["position"],
-                 embed_dropout: float = defaults.RECIPE["embed_dropout"]):
+                 norm: str = defaults.MODEL["norm"], embed_dropout: float = defaults.RECIPE["embed_dropout"],
+                 init: str = defaults.RECIPE["init"]):
         super().__init__()
         if position not in POSITIONS:
             raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        if mlp not in (True, False, "identity"):
+            raise ValueError(f"mlp must be true, false or 'identity', got {mlp!r}")
         cls = get_mixer(mixer)
         kwargs = constructor_kwargs(mixer, mixer_kwargs, position)
         self.position = position
@@ -108,27 +125,16 @@ class LanguageModel(nn.Module):
             # sin/cos entries have an RMS of 1/sqrt(2): scaled, the table's RMS is INIT_STD
             table = sinusoidal_table(max_len, d_model) * (INIT_STD * math.sqrt(2))
             self.register_buffer("pos_table", table, persistent=False)
-        self.drop = nn.Dropout(embed_dropout)
         self.layers = nn.ModuleList(
             Block(d_model, cls(d_model, max_len=max_len, **kwargs,
-                               **({"layer_idx": i} if getattr(cls, "wants_layer_idx", False) else {})), mlp, mlp_ratio)
+                               **({"layer_idx": i} if getattr(cls, "wants_layer_idx", False) else {})), mlp, mlp_ratio, norm)
             for i in range(n_layers)  # (a mixer that alternates by layer, Zoology's Hybrid, asks for its index)
         )
+        self.drop = nn.Dropout(0.0 if is_mamba_block(self.layers[0]) else embed_dropout)
         self.norm_f = nn.LayerNorm(d_model)
         self.head = TiedHead()  # logits = hidden @ embed.weight.T (no parameters of its own)
-        self._init(n_layers)
+        initialise(self, init, n_layers)
         use_fused_linears(self)  # every linear layer: the fused product on the CPU (ops.Linear)
-
-    def _init(self, n_layers: int) -> None:
-        for name, m in self.named_modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                std = INIT_STD / math.sqrt(2 * n_layers) if name.endswith("out_proj") else INIT_STD
-                nn.init.normal_(m.weight, 0.0, std)
-                if getattr(m, "bias", None) is not None:
-                    nn.init.zeros_(m.bias)
-        for block in self.layers:
-            if hasattr(block.mixer, "reset_special_parameters"):
-                block.mixer.reset_special_parameters()
 
     def hidden(self, inputs: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Final-norm hidden states (B, L, D); with a boolean mask ``rows``, only those
@@ -160,13 +166,22 @@ class LanguageModel(nn.Module):
         logits, target = self.labelled_logits(inputs, labels)
         return F.cross_entropy(logits.float(), target.long()), logits, target
 
-    def configure_optimizer(self, *, lr: float, weight_decay: float, betas=(0.9, 0.999), fused=None):
-        """AdamW with weight decay on the matrices, not on embeddings, norms and biases."""
-        decay, no_decay = [], []
+    def configure_optimizer(self, *, lr: float, weight_decay: float, betas=(0.9, 0.999), fused=None,
+                            decay: str = defaults.RECIPE["decay"]):
+        """AdamW. ``decay="all"``: weight decay on every parameter, as both sources' trainers
+        (Zoology's train.py, ``AdamW(model.parameters(), ...)``; Jelassi et al.'s train_utils.py, the
+        same). ``"matrices"``: on parameters of two or more dimensions that are not embeddings only
+        (this project's earlier rule, GPT-2/nanoGPT's: embeddings, norms, biases, Mamba's D and dt bias
+        undecayed; Mamba's A_log decayed)."""
+        if decay not in DECAYS:
+            raise ValueError(f"decay must be one of {DECAYS}, got {decay!r}")
+        if decay == "all":
+            return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=weight_decay, betas=betas, fused=fused)
+        decayed, undecayed = [], []
         for n, p in self.named_parameters():
-            (decay if p.dim() >= 2 and "embed" not in n else no_decay).append(p)
-        return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                                  {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, fused=fused)
+            (decayed if p.dim() >= 2 and "embed" not in n else undecayed).append(p)
+        return torch.optim.AdamW([{"params": decayed, "weight_decay": weight_decay},
+                                  {"params": undecayed, "weight_decay": 0.0}], lr=lr, betas=betas, fused=fused)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

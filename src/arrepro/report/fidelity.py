@@ -166,9 +166,11 @@ REFERENCE: list[Ref] = [
         SILENT, (64, 0.0, "cosine", "epoch", 0.99),
         source="Zoology figure-2 config: max_epochs=64; train.py: CosineAnnealingLR stepped per epoch, stop at 0.99"),
     Ref("replication widths", _grid("fig2", 1, "widths"), SILENT, [64, 128, 256, 512], source="Zoology figure-2 config: d_model 64-512"),
-    Ref("replication models: MLP", lambda c: sorted({defaults.model(c["models"][m])["mlp"] for m in
-                                                      _grid("fig2", 1, "models")(c) + _grid("fig11", 1, "models")(c)}),
-        SILENT, [False], source="Zoology figure-2 config: state_mixer = torch.nn.Identity"),
+    Ref("replication models: MLP", lambda c: sorted({str(defaults.model(c["models"][m])["mlp"]) for m in
+                                                      _grid("fig2", 1, "models")(c) + _grid("fig11", 1, "models")(c)
+                                                      if c["models"][m]["card"]["role"] == "replication"}),
+        SILENT, ["identity"], source="Zoology figure-2 config: state_mixer = torch.nn.Identity, its TransformerBlock "
+                                     "still adding norm2(residual) (model.py:149-159)"),
     Ref("replication attention dropout", _model("zoology_attention", "mixer_kwargs", "dropout"), SILENT, 0.1,
         source="Zoology figure-2 config: MHA dropout 0.1, 1 head"),
     Ref("replication Based", lambda c: (c["models"]["zoology_based"]["mixer"],
@@ -186,9 +188,12 @@ REFERENCE: list[Ref] = [
     Ref("Mamba (d_state, d_conv, expand)", lambda c: tuple(c["models"]["mamba"]["mixer_kwargs"][k] for k in ("d_state", "d_conv", "expand")),
         SILENT, (16, 4, 2), source="Zoology figure-2 config: Mamba() defaults (mamba-ssm: 16, 4, 2)"),
     Ref("Mamba2 (d_state, headdim)", lambda c: tuple(c["models"]["mamba2"]["mixer_kwargs"][k] for k in ("d_state", "headdim")),
-        "larger than Mamba's", (128, 64), source="Fig. 7: 'a larger hidden state ... as in Mamba2'; Zoology mixers/mamba2.py defaults"),
-    Ref("DeltaNet (heads, conv)", lambda c: tuple(c["models"]["deltanet"]["mixer_kwargs"][k] for k in ("num_heads", "conv_size")),
-        SILENT, (2, 4), source="Zoology models_repo add_delta_net"),
+        "larger than Mamba's", ("8 to 24", 64), source="Fig. 7: 'a larger hidden state ... as in Mamba2'; Zoology "
+        "models_repo.py:132-150 add_mamba2: d_state 8, 16, 24 (mixers/mamba2.py:35,39 class defaults: 128, 64)"),
+    Ref("DeltaNet (heads, conv, layer)", lambda c: (*(c["models"]["deltanet"]["mixer_kwargs"][k] for k in ("num_heads", "conv_size")),
+                                                    c["models"]["deltanet"]["mixer"]),
+        SILENT, (2, 4, "Hybrid([BaseConv, DeltaNet])"), source="Zoology models_repo.py:239-249 add_delta_net: "
+        "num_heads 2, conv 4, layers alternating BaseConv and DeltaNet (hybrid.py:25-27)"),
     # ---- the copy task (Sec. 5 follows Jelassi et al.)
     Ref("copy vocabulary", _task("copy", "vocab_size"), SILENT, jelassi=26, source="Jelassi main.py: --vocab_size 26"),
     Ref("copy train lengths", _task("copy", "min_len", "max_len"), SILENT, jelassi=(5, 20), source="Jelassi main.py: --min_train_len 5 --max_train_len 20"),

@@ -20,6 +20,8 @@ from arrepro.config.lookahead import lookahead_problem
 from arrepro.config.paths import REPO_ROOT
 from arrepro.digest import file_digest, source_digest
 from arrepro.models import LanguageModel
+from arrepro.models.backbone import DECAYS, NORMS
+from arrepro.models.init import RULES as INIT_RULES
 from arrepro.models.kernels import kernels_enabled
 
 
@@ -65,6 +67,10 @@ SPEC_RULES = (
     ("recipe_def.grad_clip", False, lambda x: x is None or (_number(x) and x > 0), "null or a number > 0"),
     ("recipe_def.early_stop_accuracy", False, lambda x: x is None or (_number(x) and 0 <= x <= 1),
      "null or a number in [0, 1]"),
+    ("recipe_def.decay", False, lambda x: x in DECAYS, f"one of {', '.join(DECAYS)}"),
+    ("recipe_def.init", False, lambda x: x in INIT_RULES, f"one of {', '.join(INIT_RULES)}"),
+    ("model_def.norm", False, lambda x: x in NORMS, f"one of {', '.join(NORMS)}"),
+    ("model_def.mlp", False, lambda x: x is True or x is False or x == "identity", "true, false or identity"),
     ("recipe_def.betas", False, lambda x: isinstance(x, list) and len(x) == 2 and all(_number(b) and 0 <= b < 1 for b in x),
      "two numbers in [0, 1)"),
 )
@@ -112,11 +118,11 @@ def load_task(data_dir: str | Path):
 
 
 def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
-    m = defaults.model(spec["model_def"])
+    m, recipe = defaults.model(spec["model_def"]), defaults.recipe(spec["recipe_def"])
     return LanguageModel(
         vocab_size=vocab_size, d_model=spec["width"], n_layers=spec["layers"], max_len=max_len,
         mixer=m["mixer"], mixer_kwargs=m["mixer_kwargs"], mlp=m["mlp"], mlp_ratio=m["mlp_ratio"],
-        position=m["position"], embed_dropout=defaults.recipe(spec["recipe_def"])["embed_dropout"],
+        position=m["position"], norm=m["norm"], embed_dropout=recipe["embed_dropout"], init=recipe["init"],
     )
 
 

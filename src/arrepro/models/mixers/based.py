@@ -68,6 +68,7 @@ REQUIRES = (
 
 @register("based")
 class Based(KernelMixer):
+    source_output_name = "proj_o"  # Zoology's mixers/based.py: its init does not rescale it (arrepro.models.init)
     kernel_name = "parallel_based"
     # portable path: positions per chunk (quadratic inside, feature-space state across). The
     # state is (1 + F + F^2) x Dv per chunk, so for short sequences the plain quadratic form is

@@ -147,6 +147,7 @@ REQUIRES = (
 class DeltaNet(KernelMixer):
     """Also the base of ``GatedDeltaNet``, which adds its layers in ``_head_projections``,
     overrides ``_log_decay`` and ``_output_gate`` (both trivial here) and names its own kernel."""
+    source_output_name = "o_proj"  # Zoology's mixers/delta_net.py (fla's DeltaNet): its init does not rescale it (arrepro.models.init)
     kernel_name = "chunk_delta_rule"
     cpu_kernel_name = "deltanet_cpu"
 

@@ -53,6 +53,8 @@ REQUIRES = (
 
 @register("h3")
 class H3(nn.Module):
+    source_output_name = "output_linear"  # Zoology's mixers/h3/h3.py: its init does not rescale it (arrepro.models.init)
+
     def __init__(self, d_model: int, *, max_len: int, d_state: int | str = 64, head_dim: int = 2,
                  dt_min: float = 1e-3, dt_max: float = 1e-1):
         super().__init__()

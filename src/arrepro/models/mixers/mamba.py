@@ -162,6 +162,7 @@ REQUIRES = (
 
 @register("mamba")
 class Mamba(KernelMixer):
+    source_block = "mamba"  # Zoology builds it into its MambaBlock, mamba-ssm into its Block (arrepro.models.init)
     kernel_name = "selective_scan_fn"
     cpu_kernel_name = "mamba_cpu"
     chunk_size: int | None = None  # portable scan: steps per chunk; None: about sqrt(L)

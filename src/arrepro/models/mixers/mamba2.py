@@ -110,6 +110,7 @@ REQUIRES = (
 
 @register("mamba2")
 class Mamba2(KernelMixer):
+    source_block = "mamba"  # Zoology builds it into its Mamba2Block, mamba-ssm into its Block (arrepro.models.init)
     kernel_name = "mamba_chunk_scan_combined"
     cpu_kernel_name = "mamba2_cpu"
 

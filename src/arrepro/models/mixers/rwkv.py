@@ -127,6 +127,7 @@ def wkv_reference(w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Te
 @register("rwkv")
 class RWKV(nn.Module):
     """RWKV-4 time mixing over (B, L, d_model); state size d_model (one scalar pair per channel)."""
+    source_output_name = "output"  # Zoology's mixers/rwkv.py: its init does not rescale it (arrepro.models.init)
     chunk_size = 4  # portable path: steps per chunk (see wkv_chunked)
 
     def __init__(self, d_model: int, *, max_len: int):
