@@ -7,4 +7,4 @@ if "snakemake" in globals():
     sm = snakemake  # noqa: F821
     with job_log(sm):
         render_table(sm.params.table, sm.input.best, sm.input.cells, sm.params.models, sm.params.metric,
-                     sm.params.scale, sm.output.csv, sm.output.tex)
+                     sm.params.scale, sm.output.csv, sm.output.tex, sm.params.recipes)

@@ -467,3 +467,31 @@ def test_the_summary_counts_the_papers_claims_not_its_rows():
     assert text.endswith("consistent with 12, contradict 1 and are inconclusive on 3")
     assert claims_summary(["consistent", "inconclusive"], 2, n_claims) == (
         f"This scale tests 2 of the paper's {n_claims} claims: our results are consistent with 1 and are inconclusive on 1")
+
+
+def test_the_claims_of_an_experiment_judged_again_under_each_recipe():
+    """judge_by_recipe: a claim_of experiment's rows of each recipe, at the named experiment's
+    settings, judged by that experiment's claims; rows of another setting (Mamba 1x48) left out."""
+    def recipe_rows(e, recipe, series):
+        for df in (e.best, e.cells):
+            df["recipe"], df["series"] = recipe, series
+        return e
+
+    def with_seeds(accs_a, accs_b):
+        best, cells = window_cells("attention", "mamba", accs_a, accs_b, seeds=(0, 1, 2))
+        return results(best, cells)
+
+    fig1 = with_seeds([0.95, 0.99, 0.97], [0.02, 0.96, 0.10])
+    sources = recipe_rows(with_seeds([0.95, 0.99, 0.97], [0.02, 0.96, 0.10]), "demo-aaa", "the sources' recipe")
+    earlier = recipe_rows(with_seeds([0.02, 0.96, 0.10], [0.95, 0.99, 0.97]), "demo_prior-bbb", "the earlier recipe")
+    other = recipe_rows(results([one("mamba", 0.9, w=48, n=1)], [("mamba", 48, 1, 1e-2, s, 0.9) for s in (0, 1, 2)]),
+                        "demo-aaa", "the sources' recipe")
+    both = Results("tablerecipe", {"title": "t", "grids": [{"series": "the sources' recipe"}, {"series": "the earlier recipe"}],
+                                   "claims_of": ["fig1"]},
+                   pd.concat([sources.best, earlier.best, other.best], ignore_index=True),
+                   pd.concat([sources.cells, earlier.cells, other.cells], ignore_index=True), [], TASKS, cards=CARDS)
+    rows = C.judge_by_recipe({"fig1": fig1, "tablerecipe": both}, {"demo-aaa": "demo", "demo_prior-bbb": "demo_prior"})
+    assert [(r["recipe"], r["id"], r["verdict"]) for r in rows] == [("demo", "lrwindow", "consistent"),
+                                                                    ("demo_prior", "lrwindow", "contradicted")]
+    assert all(r["by"] == "tablerecipe" and r["exp"] == "fig1" for r in rows)
+    assert C.judge_by_recipe({"fig1": fig1}, {}) == []  # no experiment asks for it

@@ -42,6 +42,7 @@ rule table:
         models=lambda wc: GRID.experiment_models(wc.exp),
         metric=lambda wc: GRID.metric(wc.exp),
         scale=GRID.scale_name,
+        recipes=lambda wc: GRID.experiment_recipes(wc.exp),
     log:
         f"{OUT}/logs/tables/{{exp}}.log",
     wildcard_constraints:

@@ -160,6 +160,10 @@ def check_grid(grid) -> None:
         kind = "plot" if exp.startswith("fig") else "table"
         if kind not in e:
             raise ConfigError(f"{base}.experiments.{exp}: a {exp[:3]}* experiment needs a '{kind}' key")
+        for other in e.get("claims_of", []):
+            if other not in grid.experiments or other == exp:
+                raise ConfigError(f"{base}.experiments.{exp}.claims_of: {other!r} is not another experiment of this "
+                                  f"scale; known: {sorted(set(grid.experiments) - {exp})}")
         for i, g in enumerate(e["grids"]):
             where = f"{base}.experiments.{exp}.grids[{i}]"
             for key, known in (("tasks", grid.task_names), ("models", grid.models)):

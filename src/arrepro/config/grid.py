@@ -225,6 +225,12 @@ class Grid:
         names.update(dict.fromkeys(card_of(self.models, m).of for m in list(names) if card_of(self.models, m).of))
         return {m: self.models[m] for m in names}
 
+    def experiment_recipes(self, exp: str) -> dict:
+        """The recipes an experiment's grids train, by the name its cells carry (with their hash),
+        each its definition with its config name (``name``)."""
+        return {self.recipe_names[r]: self.recipes[self.recipe_names[r]] for r in
+                dict.fromkeys(g["recipe"] for g in self.experiments[exp]["grids"])}
+
     def replication_series(self, exp: str) -> list[str]:
         """The series of an experiment's grids that replicate a coarse reference grid (``is_replication``)."""
         return list(dict.fromkeys(g.get("series", "main") for g in self.experiments[exp]["grids"] if is_replication(g)))

@@ -81,18 +81,45 @@ def paper_claim(cid: str) -> str:
     return READINGS.get(cid, cid)
 
 
+def _judged(fn: Callable, e) -> Judgement | None:
+    """A claim's judge on one experiment's results, its verdict withheld on fewer than MIN_SEEDS seeds."""
+    if e is None or e.best.empty:
+        return None
+    j = fn(e)
+    if j is not None:
+        seeds = int(e.best["n_seeds"].min()) if "n_seeds" in e.best.columns else MIN_SEEDS
+        if seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
+            j = Judgement(INCONCLUSIVE, f"{j.compared} (on {seeds} seed{'s' if seeds != 1 else ''}, fewer than "
+                                        f"{MIN_SEEDS}: no verdict)")
+    return j
+
+
 def judge(results: dict) -> list[dict]:
     """Every claim whose experiment this scale declares and trains: id, exp, claim, verdict, compared."""
     rows = []
     for cid, exp, text, fn in CLAIMS:
-        e = results.get(exp)
-        if e is None or e.best.empty:
-            continue
-        j = fn(e)
+        j = _judged(fn, results.get(exp))
         if j is not None:
-            seeds = int(e.best["n_seeds"].min()) if "n_seeds" in e.best.columns else MIN_SEEDS
-            if seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
-                j = Judgement(INCONCLUSIVE, f"{j.compared} (on {seeds} seed{'s' if seeds != 1 else ''}, fewer than "
-                                            f"{MIN_SEEDS}: no verdict)")
             rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared})
+    return rows
+
+
+def judge_by_recipe(results: dict, recipe_names: dict[str, str]) -> list[dict]:
+    """Beyond the paper: the claims of each experiment an experiment's ``claims_of`` names, judged
+    again on that experiment's rows, one recipe at a time, at the named experiment's settings (what
+    a recipe does to a verdict). ``recipe_names``: a recipe's id (as the tables carry it) -> its
+    config name. Rows: by (the experiment that judges), recipe, id, exp, claim, verdict, compared."""
+    rows = []
+    for by, e in results.items():
+        for exp in e.definition.get("claims_of", []):
+            settings = results[exp].rows() if exp in results else None
+            if settings is None or settings.empty or e.best.empty:
+                continue
+            for recipe in sorted(e.best["recipe"].unique()):
+                sub = e.restricted(recipe, settings)
+                for cid, cexp, text, fn in CLAIMS:
+                    j = _judged(fn, sub) if cexp == exp else None
+                    if j is not None:
+                        rows.append({"by": by, "recipe": recipe_names.get(recipe, recipe), "id": cid, "exp": exp,
+                                     "claim": text, "verdict": j.verdict, "compared": j.compared})
     return rows

@@ -112,6 +112,17 @@ class Results:
         self.best, self.cells = best, cells
         self.reference_lrs = [float(x) for x in reference_lrs]
 
+    def restricted(self, recipe: str, settings: pd.DataFrame) -> "Results":
+        """This experiment's rows of one recipe (its id, as the tables carry it) at ``settings``
+        (task, model, width, layers: another experiment's), as an experiment of its own: that
+        experiment's claims judged on them (``claims_of``). Its series are those rows' series."""
+        keys = ["task", "model", "width", "layers"]
+        at = settings[keys].drop_duplicates()
+        best = self.best[self.best["recipe"] == recipe].merge(at, on=keys)
+        cells = self.cells[self.cells["recipe"] == recipe].merge(at, on=keys)
+        definition = {"title": self.title, "grids": [{"series": x} for x in best["series"].unique()]}
+        return Results(self.name, definition, best, cells, self.reference_lrs, self.tasks, self.paper_definition, self.cards)
+
     def rows(self, model=None, layers=None, part="main", cells=False, width=None) -> pd.DataFrame:
         df = self.cells if cells else self.best
         keep = df["series"].isin(self.series[part])

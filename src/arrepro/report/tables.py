@@ -106,18 +106,28 @@ def copy_table(best: pd.DataFrame, models: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def lr_window(best: pd.DataFrame) -> pd.DataFrame:
+def recipe_name(recipes: dict, name: str) -> str:
+    """A recipe as the tables print it: its name, what it decays and its first weights' rule."""
+    d = defaults.recipe(recipes[name])
+    return f"{d.get('name', name)} (decay {d['decay']}, init {d['init']})"
+
+
+def lr_window(best: pd.DataFrame, recipes: dict | None = None) -> pd.DataFrame:
     """Beyond the paper: each model's window of good learning rates per setting, as its search
     resolved it (arrepro.search.protocol.window, the one definition): the good learning rates' span, the
     range its true edges can lie in, its width in decades (at least / at most), and why an edge is
     open ("range": the search range stops it; "edge": nothing tried beyond). No window where no
-    learning rate reaches the good mark; "not learned" where none reaches the learned threshold."""
+    learning rate reaches the good mark; "not learned" where none reaches the learned threshold.
+    With ``recipes`` (the scale's): a recipe column, a setting's recipes on adjacent rows (the
+    ``recipe_window`` table: what a recipe does to a window)."""
     from arrepro.report.claim_kinds import window_of
 
     rows = []
-    for _, r in best.sort_values(["task_name", "seq_len", "model", "width", "layers"]).iterrows():
+    keys = ["task_name", "seq_len", "model", "width", "layers"] + (["recipe"] if recipes else [])
+    for _, r in best.sort_values(keys).iterrows():
         w = window_of(r)
         row = {"task": r["task_name"], "model": r["model"], "width": int(r["width"]), "layers": int(r["layers"]),
+               **({"recipe": recipe_name(recipes, r["recipe"])} if recipes else {}),
                "best accuracy (%)": acc(r["mean"]), "LR (of candidates)": f"{_lr(r['best_lr'])} (of {candidates_text(r)})",
                "seeds": seeds_text(r), "good LRs": "--", "lower edge in": "--", "upper edge in": "--",
                "width (decades)": w.status, "LRs / cells tried": f"{int(r['n_lrs'])} / {int(r['n_cells'])}",
@@ -144,7 +154,8 @@ BASIS = ("Accuracy (%): the best, over the candidate learning rates, of the mean
 
 
 def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric: str, scale: str,
-                 csv_path: str, tex_path: str) -> None:
+                 csv_path: str, tex_path: str, recipes: dict | None = None) -> None:
+    """One experiment's table (``recipes``: the scale's, which the recipe_window table names)."""
     from arrepro.report.aggregate import read_best_table
 
     best = read_best_table(best_csv)
@@ -160,6 +171,13 @@ def render_table(kind: str, best_csv: str, cells_csv: str, models: dict, metric:
         df = lr_window(best)
         note = (f"{BASIS} LR: the best candidate. Good learning rates: mean accuracy over every seed at least {100 * GOOD:g}%; an edge lies between "
                 "the outermost good learning rate tried and the next one tried.")
+    elif kind == "recipe_window":
+        from arrepro.search.thresholds import GOOD
+
+        df = lr_window(best, recipes)
+        note = (f"{BASIS} LR: the best candidate. Good learning rates: mean accuracy over every seed at least {100 * GOOD:g}%. "
+                "Recipes: decay all, weight decay on every parameter (the sources' trainers); matrices, on the matrices only; "
+                "init zoology, Zoology's first weights (mamba-ssm's rule for Mamba's blocks); normal, N(0, 0.02) for every block.")
     else:
         raise ValueError(f"unknown table kind {kind!r}")
     _save(df, csv_path, tex_path, note, scale)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from arrepro.config import defaults
 from arrepro.config.cards import cards as read_cards
-from arrepro.report.claims import CLAIMS, judge, paper_claim
+from arrepro.report.claims import CLAIMS, judge, judge_by_recipe, paper_claim
 from arrepro.report.verdicts import rules_text
 from arrepro.report.prose import (GOOD_TEXT, METRIC_NAMES, cap, claims_summary, join, model_name, models_text,
                                   numerics_text, outcome_text, rests_on_short, seeds_list, sentences)
@@ -91,6 +91,15 @@ def claim_rows(results: dict) -> tuple[list[str], dict[str, str]]:
     return rows, keys
 
 
+def recipe_claim_rows(meta: dict, results: dict) -> list[str]:
+    """The rows of the claims judged again under each recipe (arrepro.report.claims.judge_by_recipe)."""
+    from arrepro.config.grid import recipe_id
+
+    names = {recipe_id(n, r): n for n, r in meta["recipes"].items()}
+    return [f"{tex_escape(c['recipe'])} & {tex_escape(c['exp'])} & {tex_escape(c['claim'])} & {tex_escape(c['compared'])} & "
+            f"{c['verdict']} \\\\" for c in judge_by_recipe(results, names)]
+
+
 def numbers_tex(meta: dict, results: dict) -> str:
     """numbers.tex: the run's macros, every experiment's keys (``results``: experiment ->
     ``arrepro.report.results.Results``), the claims and the floats' numbers."""
@@ -160,6 +169,7 @@ def numbers_tex(meta: dict, results: dict) -> str:
     if not_judged:  # (the experiment is not declared at this scale, or does not train the models)
         keys["claims/notjudged"] = tex_escape("; ".join(not_judged))
     lines.append(r"\newcommand{\ClaimRows}{" + "\n".join(rows) + "}")
+    lines.append(r"\newcommand{\RecipeClaimRows}{" + "\n".join(recipe_claim_rows(meta, results)) + "}")
     lines += [f"\\arset{{{k}}}{{{v}}}" for k, v in keys.items()]
     return "\n".join(lines) + "\n"
 
