@@ -228,6 +228,38 @@ def test_schedule_step_epoch_holds_the_lr_for_each_epoch_in_training(data, tmp_p
         train_cell(spec(recipe_def={**recipe, "schedule_step": "batch"}), data, tmp_path / "bad", log=lambda s: None)
 
 
+def _batches_fed(data, tmp_path, monkeypatch, recipe_def):
+    """The input rows of every optimiser step of a 2-epoch cell, per epoch."""
+    import torch
+
+    from arrepro.models import LanguageModel
+
+    fed, loss = [], LanguageModel.loss
+    monkeypatch.setattr(LanguageModel, "loss", lambda self, x, y: (fed.append(x.clone()), loss(self, x, y))[1])
+    train_cell(spec(recipe_def={**recipe_def, "epochs": 2}), data, tmp_path, log=lambda s: None)
+    spe = 1024 // 32
+    assert len(fed) == 2 * spe
+    return torch.cat(fed[:spe]), torch.cat(fed[spe:])
+
+
+def test_the_training_order_is_the_datas_own_every_epoch_unless_shuffled(data, tmp_path, monkeypatch):
+    """recipe shuffle (default false): every epoch takes the training set in its generation order,
+    as Zoology's DataLoader(shuffle=False); true: a new permutation each epoch. A value that is
+    not a boolean is refused, naming the key."""
+    import numpy as np
+    import torch
+
+    train = torch.from_numpy(np.load(data / "train.npz")["inputs"].astype(np.int64))
+    first, second = _batches_fed(data, tmp_path / "default", monkeypatch, spec()["recipe_def"])
+    assert torch.equal(first, train) and torch.equal(second, train)
+    first, second = _batches_fed(data, tmp_path / "shuffled", monkeypatch, {**spec()["recipe_def"], "shuffle": True})
+    assert not torch.equal(first, second) and not torch.equal(first, train)
+    as_rows = lambda t: sorted(map(bytes, t.numpy().astype(np.int64)))  # noqa: E731
+    assert as_rows(first) == as_rows(second) == as_rows(train), "each epoch is a permutation of the training set"
+    with pytest.raises(Exception, match="recipe_def.shuffle is 'yes'; it must be true or false"):
+        train_cell(spec(recipe_def={**spec()["recipe_def"], "shuffle": "yes"}), data, tmp_path / "bad", log=lambda s: None)
+
+
 def test_labelled_logits_give_the_full_heads_loss_and_gradients():
     import torch
     import torch.nn.functional as F

@@ -14,8 +14,10 @@ import types
 
 MODEL = types.MappingProxyType({"mixer_kwargs": types.MappingProxyType({}), "mlp": True, "mlp_ratio": 4,
                                 "position": "none"})
+# shuffle False: every epoch takes the training set in its generation order, as Zoology's
+# DataLoader(shuffle=False) does (zoology/data/utils.py:121)
 RECIPE = types.MappingProxyType({"embed_dropout": 0.0, "schedule_step": "step", "betas": (0.9, 0.999),
-                                 "grad_clip": None, "early_stop_accuracy": None})
+                                 "grad_clip": None, "early_stop_accuracy": None, "shuffle": False})
 SCALE = types.MappingProxyType({"device": "auto", "precision": "fp32", "subnormals": "flush"})
 
 

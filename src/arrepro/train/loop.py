@@ -3,7 +3,9 @@
 
 Recipe (paper A.2): AdamW, weight decay, linear warmup over ``warmup_frac`` of the steps, then
 the decay named by ``schedule`` (cosine to zero, linear to zero, or constant), stepped every
-optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Precision from the
+optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Every epoch takes
+the training set in the same order, the data's own (Zoology's), or with ``shuffle: true`` in a new
+permutation (``epoch_order``). Precision from the
 cell spec (``prepare.autocast_for``): fp32 (the default), tf32 or bf16. Logits only at labelled
 positions.
 
@@ -296,7 +298,7 @@ def _train_epoch(run: Run, st: TrainState, stop: dict, stop_after_steps: int | N
     """The rest of the current epoch's optimiser steps (all of them unless resumed mid-epoch)."""
     xtr, ytr = run.data[0], run.data[1]
     bs, model, opt = run.spec["batch_size"], run.model, run.opt
-    perm = torch.from_numpy(np.random.default_rng([run.spec["seed"], st.epoch]).permutation(len(xtr)))
+    perm = epoch_order(len(xtr), run.spec["seed"], st.epoch, run.recipe["shuffle"])
     t0 = time.perf_counter()
     while st.batch < run.steps_per_epoch:
         idx = perm[st.batch * bs : (st.batch + 1) * bs]
@@ -329,6 +331,15 @@ def _train_epoch(run: Run, st: TrainState, stop: dict, stop_after_steps: int | N
                     "checkpoint written, a restart resumes")
             raise Preempted(3)
     st.train_seconds += time.perf_counter() - t0
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
+    """The order an epoch takes the ``n`` training examples in: their generation order every
+    epoch (recipe ``shuffle: false``, the default: Zoology's DataLoader with shuffle=False), or a
+    permutation of its own for each (seed, epoch) (``shuffle: true``)."""
+    if not shuffle:
+        return torch.arange(n)
+    return torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n))
 
 
 def _end_epoch(run: Run, st: TrainState) -> None:

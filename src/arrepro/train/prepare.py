@@ -65,6 +65,7 @@ SPEC_RULES = (
     ("recipe_def.grad_clip", False, lambda x: x is None or (_number(x) and x > 0), "null or a number > 0"),
     ("recipe_def.early_stop_accuracy", False, lambda x: x is None or (_number(x) and 0 <= x <= 1),
      "null or a number in [0, 1]"),
+    ("recipe_def.shuffle", False, lambda x: isinstance(x, bool), "true or false"),
     ("recipe_def.betas", False, lambda x: isinstance(x, list) and len(x) == 2 and all(_number(b) and 0 <= b < 1 for b in x),
      "two numbers in [0, 1)"),
 )
