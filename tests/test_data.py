@@ -168,6 +168,7 @@ def test_copy_task_examples():
         lab = np.flatnonzero(y[row] != IGNORE)
         assert list(lab) == list(range(n + 1, 2 * n + 2)), "labels cover the copy and EOS"
         assert list(y[row, lab]) == s + [spec.eos]
+        assert list(np.flatnonzero(d["exact_mask"][row])) == list(lab[:-1]), "an exact match counts the copy, not EOS"
 
 
 def test_copy_packed_rows_as_jelassi():

@@ -20,6 +20,7 @@ from arrepro.config.lookahead import lookahead_problem
 from arrepro.config.paths import REPO_ROOT
 from arrepro.digest import file_digest, source_digest
 from arrepro.models import LanguageModel
+from arrepro.models.backbone import IGNORE
 from arrepro.models.kernels import kernels_enabled
 
 
@@ -96,20 +97,31 @@ def check_spec(spec) -> None:
 
 
 def load_task(data_dir: str | Path):
-    """(train inputs, train labels, test inputs, test labels, vocabulary size) of a task. A missing
-    or unreadable file is a TrainError naming it."""
+    """(train inputs, train labels, test inputs, test labels, vocabulary size, test exact mask) of
+    a task. The exact mask marks the labelled test positions an exact match counts (test.npz's
+    ``exact_mask``: the copy task's string without EOS); a task without one counts every labelled
+    position (MQAR). A missing or unreadable file, or a mask that is not a boolean array of the
+    labels' shape within their labelled positions, is a TrainError naming it."""
     d = Path(data_dir)
     loaded = {}
     for name in ("train.npz", "test.npz"):
         try:
             with np.load(d / name) as z:
                 loaded[name] = {k: z[k] for k in ("inputs", "labels", "vocab_size")}
+                if "exact_mask" in z:
+                    loaded[name]["exact_mask"] = z["exact_mask"]
         except Exception as e:  # missing, truncated, garbled (BadZipFile, bad CRC), a key missing
             raise TrainError(f"{d / name}: cannot read the task's data ({type(e).__name__}: {e}); the data rule "
                              "writes it (delete it and run the workflow again)") from e
     tr, te = loaded["train.npz"], loaded["test.npz"]
     arrays = [torch.from_numpy(a[k].astype(np.int64)) for a in (tr, te) for k in ("inputs", "labels")]
-    return (*arrays, int(tr["vocab_size"]))
+    labelled = te["labels"] != IGNORE
+    exact = te.get("exact_mask", labelled)
+    if exact.dtype != np.bool_ or exact.shape != labelled.shape or (exact & ~labelled).any():
+        raise TrainError(f"{d / 'test.npz'}: exact_mask must be a boolean array of the labels' shape "
+                         f"{labelled.shape}, True only where a label is set (it is {exact.dtype} {exact.shape}); "
+                         "the data rule writes it (delete it and run the workflow again)")
+    return (*arrays, int(tr["vocab_size"]), torch.from_numpy(exact))
 
 
 def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
