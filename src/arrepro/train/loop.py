@@ -4,8 +4,8 @@
 Recipe (paper A.2): AdamW, weight decay, linear warmup over ``warmup_frac`` of the steps, then
 the decay named by ``schedule`` (cosine to zero, linear to zero, or constant), stepped every
 optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Every epoch takes
-the training set in the same order, the data's own (Zoology's), or with ``shuffle: true`` in a new
-permutation (``epoch_order``). Precision from the
+the training set in the data's own order (Zoology's), or with ``shuffle: true`` in a new
+permutation (``prepare.epoch_order``). Precision from the
 cell spec (``prepare.autocast_for``): fp32 (the default), tf32 or bf16. Logits only at labelled
 positions.
 
@@ -39,7 +39,6 @@ import time
 import typing
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from arrepro.train import checkpoint, numerics
@@ -50,7 +49,7 @@ from arrepro.files import atomic_write, remove_temporaries, write_json_atomic, w
 from arrepro.models import LanguageModel
 from arrepro.models.kernels import describe_paths, paths_used
 from arrepro.train.prepare import (SCHEDULES, TrainError, autocast_for, build_model, check_lookahead, check_spec,
-                                   fingerprint, load_task, pick_device)
+                                   epoch_order, fingerprint, load_task, pick_device)
 
 
 class Preempted(SystemExit):
@@ -336,15 +335,6 @@ def _train_epoch(run: Run, st: TrainState, stop: dict, stop_after_steps: int | N
                     "checkpoint written, a restart resumes")
             raise Preempted(3)
     st.train_seconds += time.perf_counter() - t0
-
-
-def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
-    """The order an epoch takes the ``n`` training examples in: their generation order every
-    epoch (recipe ``shuffle: false``, the default: Zoology's DataLoader with shuffle=False), or a
-    permutation of its own for each (seed, epoch) (``shuffle: true``)."""
-    if not shuffle:
-        return torch.arange(n)
-    return torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n))
 
 
 def _end_epoch(run: Run, st: TrainState) -> None:

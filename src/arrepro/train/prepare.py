@@ -1,7 +1,7 @@
 """What a cell is trained with, checked and built before its first step: the spec the trainer
 can run (``check_spec``), the device and precision (``pick_device``, ``autocast_for``: the one
-place that sets the matmul precision), the task's data (``load_task``), the model
-(``build_model``), and the fingerprint a checkpoint must match to be resumed (``fingerprint``).
+place that sets the matmul precision), the task's data (``load_task``) and the order an epoch
+takes it in (``epoch_order``), the model (``build_model``), and the fingerprint a checkpoint must match to be resumed (``fingerprint``).
 arrepro.train.loop trains the cell; a ``TrainError`` is a cell that cannot run as asked."""
 from __future__ import annotations
 
@@ -122,6 +122,15 @@ def load_task(data_dir: str | Path):
                          f"{labelled.shape}, True only where a label is set (it is {exact.dtype} {exact.shape}); "
                          "the data rule writes it (delete it and run the workflow again)")
     return (*arrays, int(tr["vocab_size"]), torch.from_numpy(exact))
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
+    """The order an epoch takes the ``n`` training examples in: their generation order every
+    epoch (recipe ``shuffle: false``, the default: Zoology's DataLoader with shuffle=False), or a
+    permutation of its own for each (seed, epoch) (``shuffle: true``)."""
+    if not shuffle:
+        return torch.arange(n)
+    return torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n))
 
 
 def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
