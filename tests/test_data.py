@@ -37,6 +37,69 @@ def test_mqar_invariants(spec):
         assert np.mean(gaps < space / 2) > 0.6
 
 
+_DISPATCH_PROBE = """
+import hashlib, json, sys
+from numpy._core import _multiarray_umath as m
+from arrepro.data.mqar import MQARSpec, generate
+h = hashlib.sha256()
+for V, L, K in ((128, 32, 4), (8192, 64, 4), (8192, 256, 16)):
+    d = generate(MQARSpec(V, L, K), 3000, [0, 0])
+    h.update(d["inputs"].tobytes()); h.update(d["labels"].tobytes())
+print(json.dumps({"found": [f for f in m.__cpu_dispatch__ if m.__cpu_features__.get(f)], "digest": h.hexdigest()}))
+"""
+
+
+def _probe(env_extra: dict) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import arrepro
+
+    env = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
+    env.update(PYTHONPATH=str(Path(arrepro.__file__).parents[1]), **env_extra)
+    out = subprocess.run([sys.executable, "-c", _DISPATCH_PROBE], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_mqar_bytes_do_not_depend_on_numpy_simd_dispatch():
+    """The same MQAR bytes whichever SIMD path numpy dispatches to: generated in a subprocess
+    with every dispatchable CPU feature this machine has turned off (NPY_DISABLE_CPU_FEATURES:
+    numpy's baseline path) and in one without. An argpartition's order differs between those paths
+    (the audit of issue 54 measured it), and key i's query slot was its i-th column."""
+    native = _probe({})
+    if not native["found"]:
+        pytest.skip("this CPU has no numpy dispatch target above the baseline: one path only")
+    baseline = _probe({"NPY_DISABLE_CPU_FEATURES": " ".join(native["found"])})
+    assert baseline["found"] == [], f"numpy still dispatches to {baseline['found']}: the baseline path was not taken"
+    assert baseline["digest"] == native["digest"], (
+        f"MQAR data differ between numpy's dispatch paths {native['found']} and the baseline")
+
+
+def test_mqar_queries_keys_in_the_order_of_sequential_draws():
+    """Zoology draws the K query slots one after another (np.random.choice without replacement)
+    and queries key i at the i-th draw: which key is queried first (the nearest slot) has a law
+    that a uniform assignment, or one in slot order, does not have. The generator against a
+    direct sequential simulation, within 6 standard errors per key."""
+    spec, n = MQARSpec(8192, 64, 4), 20000
+    K, space = spec.num_kv_pairs, (spec.seq_len - 2 * spec.num_kv_pairs) // 2
+    d = generate(spec, n, [5, 0])
+    x, y = d["inputs"], d["labels"]
+    first = np.argmax(y != IGNORE, axis=1)  # the nearest query's position
+    pair = np.argmax(x[:, 0 : 2 * K : 2] == x[np.arange(n), first][:, None], axis=1)
+    ours = np.bincount(pair, minlength=K) / n
+    slot = np.arange(1, space + 1, dtype=np.float64)
+    p = spec.power_a * slot ** (spec.power_a - 1)
+    rng = np.random.default_rng(11)
+    draws = np.array([rng.choice(space, K, replace=False, p=p / p.sum()) for _ in range(n)])
+    ref = np.bincount(np.argmin(draws, axis=1), minlength=K) / n  # the pair whose draw is the nearest slot
+    se = np.sqrt(ref * (1 - ref) / n) * np.sqrt(2)
+    assert np.all(np.abs(ours - ref) < 6 * se), (ours, ref)
+    assert ref[0] > 1 / K + 10 * se[0], "the check has power: the first draw is the nearest slot more often"
+
+
 def test_random_non_queries_fill_the_gaps():
     d = generate(MQARSpec(128, 32, 4, random_non_queries=True), 200, [1, 0])
     assert (d["inputs"][:, 8:] != 0).mean() > 0.9
@@ -105,6 +168,7 @@ def test_copy_task_examples():
         lab = np.flatnonzero(y[row] != IGNORE)
         assert list(lab) == list(range(n + 1, 2 * n + 2)), "labels cover the copy and EOS"
         assert list(y[row, lab]) == s + [spec.eos]
+        assert list(np.flatnonzero(d["exact_mask"][row])) == list(lab[:-1]), "an exact match counts the copy, not EOS"
 
 
 def test_copy_packed_rows_as_jelassi():

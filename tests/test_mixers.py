@@ -427,3 +427,38 @@ def test_a_mixers_cpu_kernel_files_shape_its_cells_only():
         assert gpu < cpu and {f for f in cpu - gpu if not f.startswith(k)} == set(), mixer
         assert not [f for f in gpu if f.startswith(k)], mixer
         assert set(train_sources(mixer, root, "auto")) == cpu
+
+
+def test_rwkv_time_mix_init_follows_zoologys_layer_formula(monkeypatch):
+    """RWKV's time-mix init from the layer index, as Zoology's RWKVTimeMixer with its n_layer left at
+    12 (zoology/mixers/rwkv.py): layer 0 is the init every layer had before (the layer-0 formula,
+    and the whole model equal under a seed to one built without the layer index); layer 1 has
+    decay exponent 0.7 + 1.3/11, mu_k = x^(11/12), mu_v = x^(11/12) + 0.3/11, mu_r = x^(11/24)."""
+    from arrepro.models.mixers.rwkv import RWKV
+
+    C = 40
+    build = lambda: LanguageModel(vocab_size=64, d_model=C, n_layers=2, max_len=16, mixer="rwkv")  # noqa: E731
+    torch.manual_seed(3)
+    model = build()
+    c = torch.arange(C, dtype=torch.float64)
+    x, zig = c / C, math.log(0.3) + ((c + 1) % 3 - 1) * 0.5
+    want = {0: {"time_decay": -5 + 8 * (c / (C - 1)) ** 0.7, "time_first": zig, "time_mix_k": x, "time_mix_v": x,
+                "time_mix_r": x ** 0.5},
+            1: {"time_decay": -5 + 8 * (c / (C - 1)) ** (0.7 + 1.3 / 11), "time_first": zig,
+                "time_mix_k": x ** (11 / 12), "time_mix_v": x ** (11 / 12) + 0.3 / 11, "time_mix_r": x ** (11 / 24)}}
+    for layer, params in want.items():
+        mixer = model.layers[layer].mixer
+        for name, value in params.items():
+            torch.testing.assert_close(getattr(mixer, name).double(), value, rtol=0, atol=2e-6, msg=f"layer {layer} {name}")
+    c32 = torch.arange(C, dtype=torch.float32)  # layer 0 bit for bit as the former float32 expressions
+    former = {"time_decay": -5 + 8 * (c32 / (C - 1)) ** 0.7, "time_mix_k": c32 / C, "time_mix_v": c32 / C,
+              "time_mix_r": (c32 / C) ** 0.5}
+    assert all(torch.equal(getattr(model.layers[0].mixer, k).detach(), v) for k, v in former.items())
+    monkeypatch.setattr(RWKV, "wants_layer_idx", False)  # every layer built as layer 0: the former init
+    torch.manual_seed(3)
+    before = build().state_dict()
+    layer1_time = {k for k in before if k.startswith("layers.1.mixer.time_") and k != "layers.1.mixer.time_first"}
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]) != (k in layer1_time), k  # only layer 1's decay and mixes moved
+    with pytest.raises(ValueError, match="layer_idx 12 is outside 0..11"):
+        RWKV(C, max_len=16, layer_idx=12)

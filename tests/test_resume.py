@@ -353,7 +353,7 @@ def test_keep_weights_keeps_the_final_weights_only(data, reference, tmp_path):
     train_cell(spec(), data, tmp_path, threads=1, log=quiet, keep_weights=True)
     assert_same_cell(tmp_path, reference)
     weights = torch.load(tmp_path / "weights.pt", weights_only=True)
-    _, _, xte, yte, vocab = load_task(data)
+    _, _, xte, yte, vocab, _ = load_task(data)
     model = build_model(spec(), vocab, xte.shape[1])
     model.load_state_dict(weights)
     acc = evaluate(model, xte, yte, 256, torch.device("cpu"), contextlib.nullcontext)["test_accuracy"]

@@ -228,6 +228,99 @@ def test_schedule_step_epoch_holds_the_lr_for_each_epoch_in_training(data, tmp_p
         train_cell(spec(recipe_def={**recipe, "schedule_step": "batch"}), data, tmp_path / "bad", log=lambda s: None)
 
 
+def _batches_fed(data, tmp_path, monkeypatch, recipe_def):
+    """The input rows of every optimiser step of a 2-epoch cell, per epoch."""
+    import torch
+
+    from arrepro.models import LanguageModel
+
+    fed, loss = [], LanguageModel.loss
+    monkeypatch.setattr(LanguageModel, "loss", lambda self, x, y: (fed.append(x.clone()), loss(self, x, y))[1])
+    train_cell(spec(recipe_def={**recipe_def, "epochs": 2}), data, tmp_path, log=lambda s: None)
+    spe = 1024 // 32
+    assert len(fed) == 2 * spe
+    return torch.cat(fed[:spe]), torch.cat(fed[spe:])
+
+
+def test_the_training_order_is_the_datas_own_every_epoch_unless_shuffled(data, tmp_path, monkeypatch):
+    """recipe shuffle (default false): every epoch takes the training set in its generation order,
+    as Zoology's DataLoader(shuffle=False); true: a new permutation each epoch. A value that is
+    not a boolean is refused, naming the key."""
+    import numpy as np
+    import torch
+
+    train = torch.from_numpy(np.load(data / "train.npz")["inputs"].astype(np.int64))
+    first, second = _batches_fed(data, tmp_path / "default", monkeypatch, spec()["recipe_def"])
+    assert torch.equal(first, train) and torch.equal(second, train)
+    first, second = _batches_fed(data, tmp_path / "shuffled", monkeypatch, {**spec()["recipe_def"], "shuffle": True})
+    assert not torch.equal(first, second) and not torch.equal(first, train)
+    as_rows = lambda t: sorted(map(bytes, t.numpy().astype(np.int64)))  # noqa: E731
+    assert as_rows(first) == as_rows(second) == as_rows(train), "each epoch is a permutation of the training set"
+    with pytest.raises(Exception, match="recipe_def.shuffle is 'yes'; it must be true or false"):
+        train_cell(spec(recipe_def={**spec()["recipe_def"], "shuffle": "yes"}), data, tmp_path / "bad", log=lambda s: None)
+
+
+COPY = {"kind": "copy", "vocab_size": 8, "min_len": 2, "max_len": 6, "n_train": 16, "n_test": 12, "seed": 0}
+
+
+def test_copy_exact_match_is_the_copied_string_without_eos(tmp_path):
+    """String accuracy as Jelassi et al.'s test_utils.py scores it: the copied string, without its
+    '.' (EOS). A model right on every letter of the copy and wrong on EOS has an exact match of 1
+    and a per-token accuracy below 1 (EOS stays in the loss and in the token accuracy); one wrong
+    on a letter is no exact match."""
+    import contextlib
+
+    import torch
+
+    from arrepro.data.copying import CopySpec
+    from arrepro.train.loop import evaluate
+    from arrepro.train.prepare import load_task
+
+    save_task(COPY, tmp_path)
+    task = load_task(tmp_path)
+    xte, yte = task[2], task[3]
+    counted = {"exact_mask": task[5]} if len(task) > 5 else {}  # (the code before had no mask)
+    eos = CopySpec(vocab_size=8).eos
+
+    class Oracle(torch.nn.Module):
+        """Predicts every label but EOS (it says the token after EOS) and, with ``miss``, letter 0."""
+        def __init__(self, miss=False):
+            super().__init__()
+            self.miss = miss
+
+        def labelled_logits(self, x, y):
+            target = y[y != -100]
+            guess = torch.where(target == eos, eos + 1, target)
+            if self.miss:
+                guess = torch.where(target == 0, 1, guess)
+            return torch.nn.functional.one_hot(guess, 12).float(), target
+
+    cpu = torch.device("cpu")
+    ev = evaluate(Oracle(), xte, yte, 5, cpu, contextlib.nullcontext, **counted)
+    labels, strings = int((yte != -100).sum()), len(yte)
+    assert ev["test_exact_match"] == 1.0
+    assert ev["test_accuracy"] == pytest.approx((labels - strings) / labels), "EOS is still scored per token"
+    without_0 = int((~(yte == 0).any(1)).sum()) / len(yte)  # the strings letter 0 is absent from (it is no label elsewhere)
+    assert 0 < without_0 < 1
+    assert evaluate(Oracle(miss=True), xte, yte, 5, cpu, contextlib.nullcontext, **counted)["test_exact_match"] == without_0
+
+
+def test_a_garbled_exact_mask_is_refused_naming_the_file_and_key(tmp_path):
+    import numpy as np
+
+    from arrepro.train.prepare import TrainError, load_task
+
+    save_task(COPY, tmp_path)
+    with np.load(tmp_path / "test.npz") as z:
+        arrays = dict(z)
+    np.savez(tmp_path / "test.npz", **{**arrays, "exact_mask": arrays["exact_mask"].astype(np.int32)})
+    with pytest.raises(TrainError, match=r"test.npz: exact_mask must be a boolean array"):
+        load_task(tmp_path)
+    np.savez(tmp_path / "test.npz", **{**arrays, "exact_mask": np.ones_like(arrays["exact_mask"])})
+    with pytest.raises(TrainError, match="True only where a label is set"):
+        load_task(tmp_path)
+
+
 def test_labelled_logits_give_the_full_heads_loss_and_gradients():
     import torch
     import torch.nn.functional as F

@@ -14,9 +14,12 @@ import types
 
 MODEL = types.MappingProxyType({"mixer_kwargs": types.MappingProxyType({}), "mlp": True, "mlp_ratio": 4,
                                 "position": "none", "norm": "layer"})
-# decay "all" and init "zoology": the sources' readings (arrepro.models.backbone, arrepro.models.init)
+# decay "all" and init "zoology": the sources' readings (arrepro.models.backbone, arrepro.models.init);
+# shuffle False: every epoch takes the training set in its generation order, as Zoology's
+# DataLoader(shuffle=False) does (zoology/data/utils.py:121)
 RECIPE = types.MappingProxyType({"embed_dropout": 0.0, "schedule_step": "step", "betas": (0.9, 0.999),
-                                 "grad_clip": None, "early_stop_accuracy": None, "decay": "all", "init": "zoology"})
+                                 "grad_clip": None, "early_stop_accuracy": None, "decay": "all", "init": "zoology",
+                                 "shuffle": False})
 SCALE = types.MappingProxyType({"device": "auto", "precision": "fp32", "subnormals": "flush"})
 
 

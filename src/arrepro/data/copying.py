@@ -1,10 +1,12 @@
 """The copy task of Jelassi et al. (2024, "Repeat After Me"), as the paper's Sec. 5 uses it.
 
 An example is ``$ s | s .``: BOS, a random string ``s`` over the first ``vocab_size`` letters,
-the separator, the same string again, EOS. The loss and the metrics cover the copied part and
-EOS only: a label sits on the position *before* each copied token (next-token prediction).
-String accuracy (the paper's metric) is the exact match of the whole copy, which the trainer
-reports as ``test_exact_match``.
+the separator, the same string again, EOS. The loss and the per-token accuracy cover the copied
+part and EOS: a label sits on the position *before* each copied token (next-token prediction).
+String accuracy (the paper's metric) is the exact match of the copied string, EOS left out, as
+Jelassi et al.'s test_utils.py compares the copy without its '.': the test split records those
+positions (``exact_mask``, True on the copy's labels, False on EOS's and elsewhere), and the trainer
+reports the fraction of rows right on every one of them as ``test_exact_match``.
 
 Training rows, two ways:
 - ``context_len`` 0 (the default): one example a row, right-padded to ``2 * max_len + 3`` tokens;
@@ -96,7 +98,8 @@ def generate_copy(spec: CopySpec, n: int, seed) -> dict[str, np.ndarray]:
     seq[pos.repeat(n, 0) == 2 * ln + 2] = spec.eos
     target = second | (pos == 2 * ln + 2)  # the copy and EOS are scored
     labels = np.where(target, seq, IGNORE).astype(np.int32)
-    return {"inputs": np.ascontiguousarray(seq[:, :-1]), "labels": np.ascontiguousarray(labels[:, 1:])}
+    return {"inputs": np.ascontiguousarray(seq[:, :-1]), "labels": np.ascontiguousarray(labels[:, 1:]),
+            "exact_mask": np.ascontiguousarray(second[:, 1:])}  # the copied string: what an exact match counts
 
 
 def generate_packed(spec: CopySpec, n: int, seed) -> dict[str, np.ndarray]:
@@ -131,5 +134,7 @@ def generate_packed(spec: CopySpec, n: int, seed) -> dict[str, np.ndarray]:
 
 
 def make_copy_splits(spec: CopySpec, n_train: int, n_test: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """Train rows (packed, or one example a row) and test rows (one example each, with the
+    ``exact_mask`` the evaluation reads)."""
     train = generate_packed(spec, n_train, [seed, 0]) if spec.context_len else generate_copy(spec, n_train, [seed, 0])
-    return {"train": train, "test": generate_copy(spec.test_spec(), n_test, [seed, 1])}
+    return {"train": {k: train[k] for k in ("inputs", "labels")}, "test": generate_copy(spec.test_spec(), n_test, [seed, 1])}

@@ -12,7 +12,12 @@ An example of length L with K key-value pairs:
 * all other positions are 0 (or random tokens with ``random_non_queries``).
 
 Sampling without replacement with unequal probabilities is done for all rows at once with
-the Gumbel-top-k trick, which draws exactly the same distribution as sequential sampling.
+the Gumbel-top-k trick: the K slots of largest perturbed score ``log p + Gumbel``, taken in
+descending order of that score, have exactly the law of K sequential draws (Plackett-Luce), and
+key i is queried at the i-th of them, as Zoology's ``np.random.choice(replace=False, p=...)``
+queries key i at its i-th draw (zoology/data/associative_recall.py). The order comes from a
+stable sort, whose result is unique: the data are the same bytes whichever SIMD path numpy
+dispatches to (an ``argpartition``'s order is not specified and differs between them).
 """
 from __future__ import annotations
 
@@ -78,7 +83,8 @@ def generate(spec: MQARSpec, num_examples: int, seed: int | list[int]) -> dict[s
     logp = np.log(spec.power_a * slot ** (spec.power_a - 1))
     logp -= np.log(np.exp(logp).sum())
     gumbel = -np.log(-np.log(rng.random((N, space))))
-    gaps = np.argpartition(-(logp + gumbel), K - 1, axis=1)[:, :K]  # K distinct slots per row
+    # the K slots of a row in descending score: slot of draw 1, 2, ..., K (ties: the lower slot first)
+    gaps = np.argsort(-(logp + gumbel), axis=1, kind="stable")[:, :K]
 
     rows = np.arange(N)[:, None]
     query_pos = 2 * K + 2 * gaps

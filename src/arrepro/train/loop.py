@@ -3,7 +3,9 @@
 
 Recipe (paper A.2): AdamW, weight decay, linear warmup over ``warmup_frac`` of the steps, then
 the decay named by ``schedule`` (cosine to zero, linear to zero, or constant), stepped every
-optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Precision from the
+optimiser step or, with ``schedule_step: epoch``, once per epoch (Zoology's). Every epoch takes
+the training set in the data's own order (Zoology's), or with ``shuffle: true`` in a new
+permutation (``prepare.epoch_order``). Precision from the
 cell spec (``prepare.autocast_for``): fp32 (the default), tf32 or bf16. Logits only at labelled
 positions.
 
@@ -37,7 +39,6 @@ import time
 import typing
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from arrepro.train import checkpoint, numerics
@@ -48,7 +49,7 @@ from arrepro.files import atomic_write, remove_temporaries, write_json_atomic, w
 from arrepro.models import LanguageModel
 from arrepro.models.kernels import describe_paths, paths_used
 from arrepro.train.prepare import (SCHEDULES, TrainError, autocast_for, build_model, check_lookahead, check_spec,
-                                   fingerprint, load_task, pick_device)
+                                   epoch_order, fingerprint, load_task, pick_device)
 
 
 class Preempted(SystemExit):
@@ -87,12 +88,17 @@ def lr_at(step: int, total: int, base: float, warmup_frac: float, schedule: str,
 
 
 @torch.no_grad()
-def evaluate(model, inputs, labels, batch_size, device, autocast) -> dict:
+def evaluate(model, inputs, labels, batch_size, device, autocast, exact_mask=None) -> dict:
+    """Test loss and per-token accuracy over every labelled position; exact match: the fraction of
+    rows right at every position of ``exact_mask`` (boolean, the labels' shape; None: every
+    labelled position), which for the copy task is the copied string without EOS
+    (``prepare.load_task``)."""
     model.eval()
     loss_sum, correct, total, exact, n = 0.0, 0, 0, 0, 0
     for i in range(0, len(inputs), batch_size):
         x, y = inputs[i : i + batch_size].to(device), labels[i : i + batch_size].to(device)
         mask = y != -100
+        counted = mask if exact_mask is None else exact_mask[i : i + batch_size].to(device)
         with autocast():
             logits, target = model.labelled_logits(x, y)
         logits = logits.float()
@@ -100,9 +106,9 @@ def evaluate(model, inputs, labels, batch_size, device, autocast) -> dict:
         hit = logits.argmax(-1) == target
         correct += int(hit.sum())
         total += int(mask.sum())
-        # an example is exact when every labelled position is right (copy task's string accuracy)
+        # an example is exact when every counted position is right (copy task's string accuracy)
         per_row = torch.zeros(len(x), dtype=torch.long, device=device).index_add_(
-            0, mask.nonzero()[:, 0], (~hit).long())
+            0, mask.nonzero()[:, 0], (~hit & counted[mask]).long())
         exact += int((per_row == 0).sum())
         n += len(x)
     model.train()
@@ -165,7 +171,7 @@ class Run:
     precision: str
     autocast: typing.Callable
     fingerprint: str
-    data: tuple  # train inputs, train labels, test inputs, test labels
+    data: tuple  # train inputs, train labels, test inputs, test labels, test exact mask
     model: LanguageModel
     opt: torch.optim.Optimizer
     steps_per_epoch: int
@@ -211,7 +217,7 @@ def _setup(spec: dict, data_dir, out: Path, threads: int | None, log) -> Run:
     autocast = autocast_for(precision, device, "precision (the scale's, in config.yaml)")
     recipe = defaults.recipe(spec["recipe_def"])
     fp = fingerprint(spec, data_dir)  # before the data is loaded: hashing reads each file once more
-    xtr, ytr, xte, yte, vocab = load_task(data_dir)
+    xtr, ytr, xte, yte, vocab, exact = load_task(data_dir)
     if spec["batch_size"] > len(xtr):
         raise TrainError(f"recipe {spec['recipe']}: batch_size {spec['batch_size']} is larger than the training "
                          f"set ({len(xtr)} examples in {Path(data_dir) / 'train.npz'})")
@@ -224,7 +230,7 @@ def _setup(spec: dict, data_dir, out: Path, threads: int | None, log) -> Run:
     opt = model.configure_optimizer(lr=spec["lr"], weight_decay=recipe["weight_decay"], betas=tuple(recipe["betas"]),
                                     decay=recipe["decay"], fused=device.type in ("cpu", "cuda"))  # fused: ~1 ms a step less on CPU
     tag = f"{spec['model']} w{spec['width']} l{spec['layers']} lr{spec['lr']:.3g} s{spec['seed']}"
-    return Run(spec, recipe, out, log, device, precision, autocast, fp, (xtr, ytr, xte, yte), model, opt,
+    return Run(spec, recipe, out, log, device, precision, autocast, fp, (xtr, ytr, xte, yte, exact), model, opt,
                math.ceil(len(xtr) / spec["batch_size"]), tag, numbers)
 
 
@@ -296,7 +302,7 @@ def _train_epoch(run: Run, st: TrainState, stop: dict, stop_after_steps: int | N
     """The rest of the current epoch's optimiser steps (all of them unless resumed mid-epoch)."""
     xtr, ytr = run.data[0], run.data[1]
     bs, model, opt = run.spec["batch_size"], run.model, run.opt
-    perm = torch.from_numpy(np.random.default_rng([run.spec["seed"], st.epoch]).permutation(len(xtr)))
+    perm = epoch_order(len(xtr), run.spec["seed"], st.epoch, run.recipe["shuffle"])
     t0 = time.perf_counter()
     while st.batch < run.steps_per_epoch:
         idx = perm[st.batch * bs : (st.batch + 1) * bs]
@@ -334,8 +340,8 @@ def _train_epoch(run: Run, st: TrainState, stop: dict, stop_after_steps: int | N
 def _end_epoch(run: Run, st: TrainState) -> None:
     """Evaluate on the whole test set, record the epoch's row, decide whether to stop early,
     and write the checkpoint (which carries the metrics so far)."""
-    ep, xte, yte = st.epoch, run.data[2], run.data[3]
-    ev = evaluate(run.model, xte, yte, max(run.spec["batch_size"], 256), run.device, run.autocast)
+    ep, (xte, yte, exact) = st.epoch, run.data[2:]
+    ev = evaluate(run.model, xte, yte, max(run.spec["batch_size"], 256), run.device, run.autocast, exact)
     row = {"epoch": ep + 1, "step": st.step, "lr": run.opt.param_groups[0]["lr"],
            "train_loss": None if st.diverged else st.loss_sum / max(st.loss_n, 1),
            **{k: (v if math.isfinite(v) else None) for k, v in ev.items()},

@@ -1,7 +1,7 @@
 """What a cell is trained with, checked and built before its first step: the spec the trainer
 can run (``check_spec``), the device and precision (``pick_device``, ``autocast_for``: the one
-place that sets the matmul precision), the task's data (``load_task``), the model
-(``build_model``), and the fingerprint a checkpoint must match to be resumed (``fingerprint``).
+place that sets the matmul precision), the task's data (``load_task``) and the order an epoch
+takes it in (``epoch_order``), the model (``build_model``), and the fingerprint a checkpoint must match to be resumed (``fingerprint``).
 arrepro.train.loop trains the cell; a ``TrainError`` is a cell that cannot run as asked."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from arrepro.config.lookahead import lookahead_problem
 from arrepro.config.paths import REPO_ROOT
 from arrepro.digest import file_digest, source_digest
 from arrepro.models import LanguageModel
-from arrepro.models.backbone import DECAYS, NORMS
+from arrepro.models.backbone import DECAYS, IGNORE, NORMS
 from arrepro.models.init import RULES as INIT_RULES
 from arrepro.models.kernels import kernels_enabled
 
@@ -101,20 +101,40 @@ def check_spec(spec) -> None:
 
 
 def load_task(data_dir: str | Path):
-    """(train inputs, train labels, test inputs, test labels, vocabulary size) of a task. A missing
-    or unreadable file is a TrainError naming it."""
+    """(train inputs, train labels, test inputs, test labels, vocabulary size, test exact mask) of
+    a task. The exact mask marks the labelled test positions an exact match counts (test.npz's
+    ``exact_mask``: the copy task's string without EOS); a task without one counts every labelled
+    position (MQAR). A missing or unreadable file, or a mask that is not a boolean array of the
+    labels' shape within their labelled positions, is a TrainError naming it."""
     d = Path(data_dir)
     loaded = {}
     for name in ("train.npz", "test.npz"):
         try:
             with np.load(d / name) as z:
                 loaded[name] = {k: z[k] for k in ("inputs", "labels", "vocab_size")}
+                if "exact_mask" in z:
+                    loaded[name]["exact_mask"] = z["exact_mask"]
         except Exception as e:  # missing, truncated, garbled (BadZipFile, bad CRC), a key missing
             raise TrainError(f"{d / name}: cannot read the task's data ({type(e).__name__}: {e}); the data rule "
                              "writes it (delete it and run the workflow again)") from e
     tr, te = loaded["train.npz"], loaded["test.npz"]
     arrays = [torch.from_numpy(a[k].astype(np.int64)) for a in (tr, te) for k in ("inputs", "labels")]
-    return (*arrays, int(tr["vocab_size"]))
+    labelled = te["labels"] != IGNORE
+    exact = te.get("exact_mask", labelled)
+    if exact.dtype != np.bool_ or exact.shape != labelled.shape or (exact & ~labelled).any():
+        raise TrainError(f"{d / 'test.npz'}: exact_mask must be a boolean array of the labels' shape "
+                         f"{labelled.shape}, True only where a label is set (it is {exact.dtype} {exact.shape}); "
+                         "the data rule writes it (delete it and run the workflow again)")
+    return (*arrays, int(tr["vocab_size"]), torch.from_numpy(exact))
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
+    """The order an epoch takes the ``n`` training examples in: their generation order every
+    epoch (recipe ``shuffle: false``, the default: Zoology's DataLoader with shuffle=False), or a
+    permutation of its own for each (seed, epoch) (``shuffle: true``)."""
+    if not shuffle:
+        return torch.arange(n)
+    return torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n))
 
 
 def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:

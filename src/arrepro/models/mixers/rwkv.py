@@ -28,10 +28,13 @@ exponent, so nothing overflows whatever the sizes of k, u and w.
 * No kernel path: Zoology compiles RWKV's own ``wkv_cuda`` extension at import time; there is no
   pip kernel package for RWKV-4, so ``forward`` always uses the portable path.
 
-Initialisation follows RWKV-4's "fancy init" for the first layer of a stack (layer_idx = 0, whose
-ratios are 0 and 1 for any depth; this constructor is not told the layer index):
-time_decay_c = -5 + 8 (c/(C-1))^0.7, time_first = log 0.3 + 0.5 * zigzag(c),
-mu_k = mu_v = c/C, mu_r = (c/C)^0.5. The projections keep the backbone's generic init.
+Initialisation: RWKV-4's "fancy init" as Zoology's ``RWKVTimeMixer`` computes it, from the layer's
+index l (the backbone passes it: ``wants_layer_idx``) and Zoology's ``n_layer``, which its configs
+leave at the default 12 whatever the model's depth (``N_LAYER``). With r0 = l / (N_LAYER - 1) and
+r1 = 1 - l / N_LAYER: time_decay_c = -5 + 8 (c/(C-1))^(0.7 + 1.3 r0),
+time_first = log 0.3 + 0.5 * zigzag(c), mu_k = (c/C)^r1, mu_v = (c/C)^r1 + 0.3 r0,
+mu_r = (c/C)^(0.5 r1). Layer 0 (r0 = 0, r1 = 1): decay exponent 0.7, mu_k = mu_v = c/C,
+mu_r = (c/C)^0.5. The projections keep the backbone's generic init.
 """
 from __future__ import annotations
 
@@ -129,10 +132,17 @@ class RWKV(nn.Module):
     """RWKV-4 time mixing over (B, L, d_model); state size d_model (one scalar pair per channel)."""
     source_output_name = "output"  # Zoology's mixers/rwkv.py: its init does not rescale it (arrepro.models.init)
     chunk_size = 4  # portable path: steps per chunk (see wkv_chunked)
+    wants_layer_idx = True  # the init depends on the layer (the backbone passes layer_idx)
+    # Zoology's n_layer: RWKVTimeMixer's default (zoology/mixers/rwkv.py:169, cited at 0bb9665),
+    # which no Zoology config sets, so its ratios (:179-180) are those of a 12-layer stack at any depth
+    N_LAYER = 12
 
-    def __init__(self, d_model: int, *, max_len: int):
+    def __init__(self, d_model: int, *, max_len: int, layer_idx: int = 0):
         super().__init__()
-        self.d_model, self.max_len = d_model, max_len
+        if not 0 <= layer_idx < self.N_LAYER:
+            raise ValueError(f"rwkv: layer_idx {layer_idx} is outside 0..{self.N_LAYER - 1}: the time-mix init "
+                             f"(Zoology's, for a {self.N_LAYER}-layer stack) gives a mix of infinity at channel 0 there")
+        self.d_model, self.max_len, self.layer_idx = d_model, max_len, layer_idx
         self.time_decay = nn.Parameter(torch.empty(d_model))
         self.time_first = nn.Parameter(torch.empty(d_model))
         self.time_mix_k = nn.Parameter(torch.empty(d_model))
@@ -151,14 +161,16 @@ class RWKV(nn.Module):
 
     @torch.no_grad()
     def reset_special_parameters(self) -> None:
-        C = self.d_model
+        C, n = self.d_model, self.N_LAYER
+        r0 = self.layer_idx / (n - 1)          # 0 at the first layer, 1 at layer n - 1
+        r1 = 1.0 - self.layer_idx / n          # 1 at the first layer, 1/n at layer n - 1
         c = torch.arange(C, dtype=torch.float32)
-        self.time_decay.copy_(-5 + 8 * (c / max(C - 1, 1)) ** 0.7)
+        self.time_decay.copy_(-5 + 8 * (c / max(C - 1, 1)) ** (0.7 + 1.3 * r0))
         zigzag = ((c + 1) % 3 - 1) * 0.5
         self.time_first.copy_(math.log(0.3) + zigzag)
-        self.time_mix_k.copy_(c / C)
-        self.time_mix_v.copy_(c / C)
-        self.time_mix_r.copy_((c / C) ** 0.5)
+        self.time_mix_k.copy_((c / C) ** r1)
+        self.time_mix_v.copy_((c / C) ** r1 + 0.3 * r0)
+        self.time_mix_r.copy_((c / C) ** (0.5 * r1))
 
     def _rkv(self, x: torch.Tensor):
         xx = _token_shift(x)
