@@ -13,7 +13,7 @@ from __future__ import annotations
 import types
 
 MODEL = types.MappingProxyType({"mixer_kwargs": types.MappingProxyType({}), "mlp": True, "mlp_ratio": 4,
-                                "position": "none"})
+                                "position": "none", "residual": "sequential", "tied_head": True})
 RECIPE = types.MappingProxyType({"embed_dropout": 0.0, "schedule_step": "step", "betas": (0.9, 0.999),
                                  "grad_clip": None, "early_stop_accuracy": None})
 SCALE = types.MappingProxyType({"device": "auto", "precision": "fp32", "subnormals": "flush"})

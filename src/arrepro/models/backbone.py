@@ -1,8 +1,14 @@
 """The language model every experiment trains (nanoGPT-sized, one screen).
 
 token embedding (+ positional scheme) -> N x [pre-norm -> sequence mixer -> residual;
-pre-norm -> MLP -> residual] -> final norm -> tied LM head. ``mlp=False`` drops the MLP
+pre-norm -> MLP -> residual] -> final norm -> LM head. ``mlp=False`` drops the MLP
 (the plain Mamba architecture, whose block already has its own gated expansion).
+``residual="parallel"`` puts both branches on the block's input, x + mixer(LN1 x) + MLP(LN2 x)
+(GPT-NeoX's ``use_parallel_residual``, default True: transformers 4.37.2
+models/gpt_neox/configuration_gpt_neox.py:129; modeling_gpt_neox.py:703-707). The LM head is the
+token embedding's transpose (``tied_head=True``) or a Linear of its own without bias (GPT-NeoX's
+``embed_out``, ``tie_word_embeddings`` default False: configuration_gpt_neox.py:128;
+modeling_gpt_neox.py:966, 1048).
 
 Weights start at N(0, INIT_STD) (GPT-2's and Zoology's 0.02). The sinusoidal table is scaled to
 the same RMS as the token embeddings it is added to: at the textbook amplitude 1 it is 50x larger
@@ -40,18 +46,27 @@ def _block_params(conv: str):
 
 IGNORE = -100
 INIT_STD = 0.02
+RESIDUALS = ("sequential", "parallel")
 
 
 class Block(KernelMixer):
-    """pre-norm -> mixer -> residual; pre-norm -> MLP -> residual. A block with an MLP whose mixer
-    names a compiled block (``block_cpu_kernel_name``; ``block_kernel()`` its arguments, or None
-    where the mixer's options rule it out) runs as that one fused kernel on the CPU, recorded as
-    every kernel is; elsewhere, and every other block, as its modules. The mixer's file names the
-    kernel, so only its cells' code digests count that kernel's file."""
+    """pre-norm -> mixer -> residual; pre-norm -> MLP -> residual (``residual="sequential"``), or
+    x + mixer(LN1 x) + MLP(LN2 x) (``"parallel"``, which needs the MLP). A block with an MLP whose
+    mixer names a compiled block (``block_cpu_kernel_name``; ``block_kernel()`` its arguments) asks
+    for that one fused kernel on the CPU: its limits (``kernels.KERNELS``) read the block's residual
+    and the mixer's ``block_call()`` facts, and where they rule it out the record says why and the
+    block's modules run (each with its own kernels); elsewhere, and every other block, its modules.
+    The mixer's file names the kernel, so only its cells' code digests count that kernel's file."""
     op_name = "block"
 
-    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool, mlp_ratio: int):
+    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool, mlp_ratio: int,
+                 residual: str = defaults.MODEL["residual"]):
         super().__init__()
+        if residual not in RESIDUALS:
+            raise ValueError(f"residual must be one of {RESIDUALS}, got {residual!r}")
+        if residual == "parallel" and not mlp:
+            raise ValueError("a parallel residual adds the MLP beside the mixer: it needs mlp")
+        self.residual = residual
         self.norm1, self.mixer = nn.LayerNorm(d_model), mixer
         self.norm2 = nn.LayerNorm(d_model) if mlp else None
         self.mlp = MLP(d_model, mlp_ratio) if mlp else None
@@ -59,6 +74,9 @@ class Block(KernelMixer):
         self.fused = mixer.block_kernel() if mlp and name else None
         if self.fused is not None:
             self.kernel_name = self.cpu_kernel_name = name  # no CUDA kernel: on CUDA the modules
+
+    def kernel_call(self, x: torch.Tensor) -> dict:
+        return {"residual": self.residual, **self.mixer.block_call()}
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         if self.fused is None or overridden(self.mixer.kernel_name):  # a test's stand-in runs in the mixer
@@ -72,12 +90,11 @@ class Block(KernelMixer):
     def forward_portable(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``rows`` (a boolean (B, L) mask): return only those positions, (M, D). The mixer
         still sees the whole sequence; the position-wise MLP runs on the kept rows only."""
-        x = x + self.mixer(self.norm1(x))
+        y = x + self.mixer(self.norm1(x))
+        z = x if self.residual == "parallel" else y  # what the MLP's norm reads
         if rows is not None:
-            x = x[rows]
-        if self.mlp is not None:
-            x = x + self.mlp(self.norm2(x))
-        return x
+            y, z = y[rows], z[rows]
+        return y if self.mlp is None else y + self.mlp(self.norm2(z))
 
 
 def constructor_kwargs(mixer: str, kwargs: dict | None, position: str) -> dict:
@@ -89,14 +106,24 @@ def constructor_kwargs(mixer: str, kwargs: dict | None, position: str) -> dict:
     return out
 
 
+def model_kwargs(model_def: dict) -> dict:
+    """The ``LanguageModel`` arguments a config model (or a cell spec's ``model_def``) names, each
+    optional one filled in from ``defaults.MODEL``; the caller adds the sizes and the recipe's dropout."""
+    m = defaults.model(model_def)
+    return {k: m[k] for k in ("mixer", "mixer_kwargs", "mlp", "mlp_ratio", "position", "residual", "tied_head")}
+
+
 class LanguageModel(nn.Module):
     def __init__(self, *, vocab_size: int, d_model: int, n_layers: int, max_len: int, mixer: str,
                  mixer_kwargs: dict | None = None, mlp: bool = defaults.MODEL["mlp"],
                  mlp_ratio: int = defaults.MODEL["mlp_ratio"], position: str = defaults.MODEL["position"],
+                 residual: str = defaults.MODEL["residual"], tied_head: bool = defaults.MODEL["tied_head"],
                  embed_dropout: float = defaults.RECIPE["embed_dropout"]):
         super().__init__()
         if position not in POSITIONS:
             raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
+        if not isinstance(tied_head, bool):
+            raise ValueError(f"tied_head must be true or false, got {tied_head!r}")
         cls = get_mixer(mixer)
         kwargs = constructor_kwargs(mixer, mixer_kwargs, position)
         self.position = position
@@ -111,11 +138,14 @@ class LanguageModel(nn.Module):
         self.drop = nn.Dropout(embed_dropout)
         self.layers = nn.ModuleList(
             Block(d_model, cls(d_model, max_len=max_len, **kwargs,
-                               **({"layer_idx": i} if getattr(cls, "wants_layer_idx", False) else {})), mlp, mlp_ratio)
+                               **({"layer_idx": i} if getattr(cls, "wants_layer_idx", False) else {})), mlp, mlp_ratio,
+                  residual)
             for i in range(n_layers)  # (a mixer that alternates by layer, Zoology's Hybrid, asks for its index)
         )
         self.norm_f = nn.LayerNorm(d_model)
-        self.head = TiedHead()  # logits = hidden @ embed.weight.T (no parameters of its own)
+        # tied: logits = hidden @ embed.weight.T (no parameters of its own); untied: its own weight
+        self.tied_head = tied_head
+        self.head = TiedHead() if tied_head else nn.Linear(d_model, vocab_size, bias=False)
         self._init(n_layers)
         use_fused_linears(self)  # every linear layer: the fused product on the CPU (ops.Linear)
 
@@ -146,15 +176,19 @@ class LanguageModel(nn.Module):
             x = block(x, rows if i == len(self.layers) - 1 else None)
         return self.norm_f(x)
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head on hidden states: the token embedding's transpose, or the head's own weight."""
+        return self.head(hidden, self.embed.weight) if self.tied_head else self.head(hidden)
+
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits at every position (B, L, V)."""
-        return self.head(self.hidden(inputs), self.embed.weight)
+        return self.logits(self.hidden(inputs))
 
     def labelled_logits(self, inputs: torch.Tensor, labels: torch.Tensor):
         """Logits only where a label is set: (M, V) and the M targets. The loss and its
         gradients equal those of the full head with ignore_index, at a fraction of the cost."""
         mask = labels != IGNORE
-        return self.head(self.hidden(inputs, mask), self.embed.weight), labels[mask]
+        return self.logits(self.hidden(inputs, mask)), labels[mask]
 
     def loss(self, inputs: torch.Tensor, labels: torch.Tensor):
         logits, target = self.labelled_logits(inputs, labels)

@@ -20,6 +20,7 @@ from arrepro.config.lookahead import lookahead_problem
 from arrepro.config.paths import REPO_ROOT
 from arrepro.digest import file_digest, source_digest
 from arrepro.models import LanguageModel
+from arrepro.models.backbone import model_kwargs
 from arrepro.models.kernels import kernels_enabled
 
 
@@ -112,11 +113,9 @@ def load_task(data_dir: str | Path):
 
 
 def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
-    m = defaults.model(spec["model_def"])
     return LanguageModel(
         vocab_size=vocab_size, d_model=spec["width"], n_layers=spec["layers"], max_len=max_len,
-        mixer=m["mixer"], mixer_kwargs=m["mixer_kwargs"], mlp=m["mlp"], mlp_ratio=m["mlp_ratio"],
-        position=m["position"], embed_dropout=defaults.recipe(spec["recipe_def"])["embed_dropout"],
+        **model_kwargs(spec["model_def"]), embed_dropout=defaults.recipe(spec["recipe_def"])["embed_dropout"],
     )
 
 
