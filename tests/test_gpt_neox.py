@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 from arrepro.models import LanguageModel, get_mixer, kernels
-from arrepro.models.backbone import model_kwargs
 
 from conftest import config_models
 
@@ -192,6 +191,8 @@ def test_the_configs_copy_transformer_is_gpt_neox():
     """config.yaml's transformer_rope_jelassi at the paper's width (one layer of its 12): a
     parallel residual (use_parallel_residual True), 16 of each head's 64 channels turned
     (int(64 * rotary_pct 0.25), :113), an untied head without bias (tie_word_embeddings False)."""
+    from arrepro.models.backbone import model_kwargs
+
     model = LanguageModel(vocab_size=30, d_model=1024, n_layers=1, max_len=220,
                           **model_kwargs(config_models()["transformer_rope_jelassi"]))
     block = model.layers[0]
