@@ -42,6 +42,17 @@ def ops(model) -> dict:
     return {p["op"]: p["path"] for p in kernels.paths_used(model)}
 
 
+def assert_the_portable_paths_agree(model, loss, grads, monkeypatch):
+    """The model's loss and gradients with every portable path (ARREPRO_KERNELS=0) are ``loss`` and
+    ``grads`` to rounding."""
+    monkeypatch.setenv(kernels.ENV, "0")
+    loss0, grads0 = loss_and_grads(model)
+    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
+    assert grads.keys() == grads0.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 VARIANTS = {  # the demo's attention blocks: plain, Tables 2-3's convolutions, the copy Transformer's rotary positions
     "plain": {},
     "conv qkv": dict(mixer_kwargs={"num_heads": 2, "conv": "qkv"}),
@@ -58,12 +69,7 @@ def test_the_compiled_block_is_the_blocks_modules_to_rounding(variant, monkeypat
     monkeypatch.delenv(kernels.ENV, raising=False)
     loss, grads = loss_and_grads(model)
     assert ops(model).get("block.block_cpu") == "kernel", kernels.paths_used(model)
-    monkeypatch.setenv(kernels.ENV, "0")
-    loss0, grads0 = loss_and_grads(model)
-    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
-    assert grads.keys() == grads0.keys()
-    for name in grads:
-        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert_the_portable_paths_agree(model, loss, grads, monkeypatch)
 
 
 @pytest.mark.parametrize("variant, ahead", [("plain", 0), ("conv qkv", 0), ("conv v, centred", 1),
@@ -128,12 +134,7 @@ def test_a_declined_block_runs_its_modules_with_their_kernels_and_the_record_say
     assert record["reason"].endswith(": the block's own modules"), record
     assert ops(model).get("attention.attention_cpu") == "kernel" and ops(model).get("mlp.mlp_cpu") == "kernel", \
         kernels.paths_used(model)
-    monkeypatch.setenv(kernels.ENV, "0")
-    loss0, grads0 = loss_and_grads(model)
-    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
-    assert grads.keys() == grads0.keys()
-    for name in grads:
-        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert_the_portable_paths_agree(model, loss, grads, monkeypatch)
 
 
 def test_a_fp64_model_falls_back_and_says_why(monkeypatch):
@@ -152,11 +153,7 @@ def test_an_mlp_outside_a_compiled_block_runs_fused_to_rounding(mixer, kw, monke
     monkeypatch.delenv(kernels.ENV, raising=False)
     loss, grads = loss_and_grads(model)
     assert ops(model).get("mlp.mlp_cpu") == "kernel" and "block.block_cpu" not in ops(model), kernels.paths_used(model)
-    monkeypatch.setenv(kernels.ENV, "0")
-    loss0, grads0 = loss_and_grads(model)
-    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
-    for name in grads:
-        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert_the_portable_paths_agree(model, loss, grads, monkeypatch)
     monkeypatch.delenv(kernels.ENV)
     model = lm(mixer=mixer, mixer_kwargs=kw, position="none").double()
     model.loss(*batch())

@@ -165,7 +165,7 @@ def test_selective_scan_backward_gradcheck():
 
 
 def _widths(name, candidates=(32, 64, 128)) -> list[int]:
-    """The first two of ``candidates`` the model's mixer requirements accept (its ``REQUIRES``, as the
+    """The first two of ``candidates`` that the model's mixer requirements accept (its ``REQUIRES``, as the
     config checks read them: the copy Transformer turns a quarter of each of its 16 heads' channels,
     in pairs, so 64 is no width of it)."""
     spec = MODELS[name]
@@ -205,8 +205,9 @@ def test_kernel_matches_portable(name):
     why = _kernel_available(cls)
     if why:
         pytest.skip(why)
-    m = build_mixer(name, d=64, max_len=128).cuda().eval()
-    x = torch.randn(2, 128, 64, device="cuda", requires_grad=True)
+    d = _widths(name, (64, 128))[0]  # 64, or 128 where 64 is no width of the model (the copy Transformer's)
+    m = build_mixer(name, d=d, max_len=128).cuda().eval()
+    x = torch.randn(2, 128, d, device="cuda", requires_grad=True)
     assert_paths_agree(name, m, x, "forward_kernel", "forward_portable", KERNEL_TOL, 5 * KERNEL_TOL,
                        amp=torch.autocast("cuda", dtype=torch.bfloat16))
 
