@@ -24,7 +24,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from arrepro.config import defaults
 from arrepro.train import numerics  # noqa: E402
 
 numerics.pin_environment()  # before torch's import, as a training cell
@@ -34,6 +33,7 @@ import torch.nn.functional as F  # noqa: E402
 import yaml  # noqa: E402
 
 from arrepro.models import LanguageModel, available_mixers, get_mixer, kernels  # noqa: E402
+from arrepro.models.backbone import model_kwargs  # noqa: E402
 
 
 def median_ms(fns: dict, rounds: int, reps: int) -> dict:
@@ -122,9 +122,7 @@ def scan_inputs(m, x):
 
 def train_step(spec, B, L, d, portable: bool):
     torch.manual_seed(0)
-    lm = LanguageModel(vocab_size=128, d_model=d, n_layers=1, max_len=L, mixer=spec["mixer"],
-                       mixer_kwargs=defaults.model(spec)["mixer_kwargs"], mlp=defaults.model(spec)["mlp"],
-                       position=defaults.model(spec)["position"])
+    lm = LanguageModel(vocab_size=128, d_model=d, n_layers=1, max_len=L, **model_kwargs(spec))
     opt = torch.optim.AdamW(lm.parameters(), lr=1e-3, fused=True)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 128, (B, L), generator=g)

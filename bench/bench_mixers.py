@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from arrepro.config import defaults  # noqa: E402
 from arrepro.models import LanguageModel, available_mixers, get_mixer  # noqa: E402
-from arrepro.models.backbone import constructor_kwargs  # noqa: E402
+from arrepro.models.backbone import constructor_kwargs, model_kwargs  # noqa: E402
 
 PARAM_WIDTHS = (64, 512)
 PARAM_LM = dict(vocab_size=8192, n_layers=2, max_len=64)
@@ -95,8 +95,7 @@ def count_parameters(models: dict, names: list[str]) -> list[dict]:
             for d in PARAM_WIDTHS:
                 mk = constructor_kwargs(spec["mixer"], kwargs, defaults.model(spec)["position"])
                 row[f"mixer_d{d}"] = sum(p.numel() for p in cls(d, max_len=PARAM_LM["max_len"], **mk).parameters())
-                lm = LanguageModel(d_model=d, mixer=spec["mixer"], mixer_kwargs=kwargs, mlp=defaults.model(spec)["mlp"],
-                                   position=defaults.model(spec)["position"], **PARAM_LM)
+                lm = LanguageModel(d_model=d, **model_kwargs(spec), **PARAM_LM)
                 row[f"lm_d{d}"] = lm.num_parameters()
         except Exception as err:  # noqa: BLE001
             row["note"] = f"{type(err).__name__}: {err}"[:120]

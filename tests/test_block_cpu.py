@@ -3,7 +3,8 @@ the same model as the block's own modules (outputs and gradients, at an awkward 
 the last block on the labelled rows only; with short convolutions on any paths, causal or centred,
 and with rotary positions), causal (or looking ahead exactly as far as its centred convolutions),
 deterministic, recorded, and used only where it computes what the block's modules would (not with
-dropout); the MLP of every other block fused alone (cpu_kernels/mlp_cpu.py, kernel ``mlp_cpu``)."""
+dropout, a parallel residual or partial rotary: declined, and the record says why); the MLP of every
+other block fused alone (cpu_kernels/mlp_cpu.py, kernel ``mlp_cpu``)."""
 from __future__ import annotations
 
 import pytest
@@ -41,6 +42,17 @@ def ops(model) -> dict:
     return {p["op"]: p["path"] for p in kernels.paths_used(model)}
 
 
+def assert_the_portable_paths_agree(model, loss, grads, monkeypatch):
+    """The model's loss and gradients with every portable path (ARREPRO_KERNELS=0) are ``loss`` and
+    ``grads`` to rounding."""
+    monkeypatch.setenv(kernels.ENV, "0")
+    loss0, grads0 = loss_and_grads(model)
+    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
+    assert grads.keys() == grads0.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 VARIANTS = {  # the demo's attention blocks: plain, Tables 2-3's convolutions, the copy Transformer's rotary positions
     "plain": {},
     "conv qkv": dict(mixer_kwargs={"num_heads": 2, "conv": "qkv"}),
@@ -57,12 +69,7 @@ def test_the_compiled_block_is_the_blocks_modules_to_rounding(variant, monkeypat
     monkeypatch.delenv(kernels.ENV, raising=False)
     loss, grads = loss_and_grads(model)
     assert ops(model).get("block.block_cpu") == "kernel", kernels.paths_used(model)
-    monkeypatch.setenv(kernels.ENV, "0")
-    loss0, grads0 = loss_and_grads(model)
-    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
-    assert grads.keys() == grads0.keys()
-    for name in grads:
-        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert_the_portable_paths_agree(model, loss, grads, monkeypatch)
 
 
 @pytest.mark.parametrize("variant, ahead", [("plain", 0), ("conv qkv", 0), ("conv v, centred", 1),
@@ -89,7 +96,6 @@ def test_the_compiled_block_is_deterministic_and_sees_no_further_ahead_than_its_
 
 
 @pytest.mark.parametrize("kw, why", [
-    (dict(mixer_kwargs={"num_heads": 2, "dropout": 0.1}), "dropout"),
     (dict(mlp=False), "no MLP"),
     (dict(mixer="mamba", mixer_kwargs={}), "another mixer"),
 ])
@@ -101,6 +107,34 @@ def test_blocks_the_kernel_does_not_compute_keep_their_modules(kw, why, monkeypa
         model.loss(*batch())
     assert "block.block_cpu" not in ops(model), (why, kernels.paths_used(model))
     assert all(b.fused is None for b in model.layers), why
+
+
+DECLINED = {  # blocks the compiled block does not compute: its mixer's options or the block's residual
+    "dropout": (dict(mixer_kwargs={"num_heads": 2, "dropout": 0.1}), "dropout 0.1 (the compiled block has none)"),
+    "parallel residual": (dict(residual="parallel"), "residual parallel (the compiled block adds its MLP after its mixer)"),
+    "partial rotary": (dict(position="rope", mixer_kwargs={"num_heads": 2, "rotary_fraction": 0.25}),
+                       "rotary fraction 0.25 (the compiled block turns every channel of a head)"),
+    "GPT-NeoX": (dict(position="rope", residual="parallel", tied_head=False,
+                      mixer_kwargs={"num_heads": 2, "rotary_fraction": 0.25}), "residual parallel"),
+}
+
+
+@pytest.mark.parametrize("variant", DECLINED)
+def test_a_declined_block_runs_its_modules_with_their_kernels_and_the_record_says_why(variant, monkeypatch):
+    """The compiled block declines what it does not compute; the record names why, and the block's
+    own modules run with their own fused kernels (attention_cpu, mlp_cpu): the same model as every
+    portable path (ARREPRO_KERNELS=0), outputs and gradients, at an awkward length."""
+    kw, why = DECLINED[variant]
+    monkeypatch.delenv(kernels.ENV, raising=False)
+    model = lm(**kw)
+    model.eval()  # (dropout off: the decline is the options', not the mode's; the comparison is exact arithmetic)
+    loss, grads = loss_and_grads(model)
+    record = next(p for p in kernels.paths_used(model) if p["op"] == "block.block_cpu")
+    assert record["path"] == "portable" and why in record["reason"], record
+    assert record["reason"].endswith(": the block's own modules"), record
+    assert ops(model).get("attention.attention_cpu") == "kernel" and ops(model).get("mlp.mlp_cpu") == "kernel", \
+        kernels.paths_used(model)
+    assert_the_portable_paths_agree(model, loss, grads, monkeypatch)
 
 
 def test_a_fp64_model_falls_back_and_says_why(monkeypatch):
@@ -119,11 +153,7 @@ def test_an_mlp_outside_a_compiled_block_runs_fused_to_rounding(mixer, kw, monke
     monkeypatch.delenv(kernels.ENV, raising=False)
     loss, grads = loss_and_grads(model)
     assert ops(model).get("mlp.mlp_cpu") == "kernel" and "block.block_cpu" not in ops(model), kernels.paths_used(model)
-    monkeypatch.setenv(kernels.ENV, "0")
-    loss0, grads0 = loss_and_grads(model)
-    torch.testing.assert_close(loss, loss0, rtol=1e-6, atol=1e-6)
-    for name in grads:
-        torch.testing.assert_close(grads[name], grads0[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert_the_portable_paths_agree(model, loss, grads, monkeypatch)
     monkeypatch.delenv(kernels.ENV)
     model = lm(mixer=mixer, mixer_kwargs=kw, position="none").double()
     model.loss(*batch())

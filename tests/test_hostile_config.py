@@ -117,6 +117,8 @@ def test_a_name_that_is_not_a_plain_folder_name_is_refused(tmp_path, make, name,
       "of num_heads (d_model=8, num_heads=3)"]),
     (lambda c: fig2(c)["grids"][0].update(widths=[10 ** 9]),
      ["scales.tiny.experiments.fig2.grids[0].widths: model 'attention' at width 1000000000", "192 EB"]),
+    # a parallel residual adds the MLP beside the mixer: without one it is refused (the schema)
+    (lambda c: c["models"]["attention"].update(residual="parallel", mlp=False), ["models.attention.mlp: True was expected"]),
 ])
 def test_an_impossible_value_stops_before_any_job_naming_the_key(tmp_path, edit, keys):
     wd = copy_workflow(tmp_path)

@@ -11,12 +11,14 @@ import pytest
 import torch
 
 from arrepro.config import defaults
+from arrepro.config.catalogue import NO_DEFAULT, mixer_signature
+from arrepro.config.constraints import unmet
 from arrepro.data.mqar import MQARSpec, generate
 from arrepro.models import LanguageModel, get_mixer, kernels
-from arrepro.models.backbone import constructor_kwargs
+from arrepro.models.backbone import constructor_kwargs, model_kwargs
 from arrepro.models.mixers.mamba import selective_scan
 
-from conftest import config_models
+from conftest import ROOT, config_models
 
 MODELS = config_models()
 
@@ -50,9 +52,7 @@ def build_mixer(name, d=D, max_len=L):
 def build_lm(name, vocab=64, d=D, layers=2, max_len=L):
     spec = MODELS[name]
     torch.manual_seed(0)
-    return LanguageModel(vocab_size=vocab, d_model=d, n_layers=layers, max_len=max_len, mixer=spec["mixer"],
-                         mixer_kwargs=defaults.model(spec)["mixer_kwargs"], mlp=defaults.model(spec)["mlp"],
-                         position=defaults.model(spec)["position"])
+    return LanguageModel(vocab_size=vocab, d_model=d, n_layers=layers, max_len=max_len, **model_kwargs(spec))
 
 
 @pytest.mark.parametrize("name", MIXER_CASES)
@@ -164,11 +164,24 @@ def test_selective_scan_backward_gradcheck():
     assert torch.autograd.gradcheck(lambda *a: selective_scan(*a, chunk=3), (x, dt, A, Bm, Cm))
 
 
+def _widths(name, candidates=(32, 64, 128)) -> list[int]:
+    """The first two of ``candidates`` that the model's mixer requirements accept (its ``REQUIRES``, as the
+    config checks read them: the copy Transformer turns a quarter of each of its 16 heads' channels,
+    in pairs, so 64 is no width of it)."""
+    spec = MODELS[name]
+    sig = mixer_signature(spec["mixer"], str(ROOT))
+    defaults_ = {k: v for k, v in sig[0].items() if v is not NO_DEFAULT}
+    kwargs = constructor_kwargs(spec["mixer"], spec.get("mixer_kwargs"), defaults.model(spec)["position"])
+    return [d for d in candidates if unmet(sig[1], {**defaults_, **kwargs, "d_model": d, "max_len": L}) is None][:2]
+
+
 @pytest.mark.parametrize("name", MIXER_CASES)
 def test_parameter_count_matches_formula(name):
     cls = get_mixer(MODELS[name]["mixer"])
     kwargs = dict(MODELS[name].get("mixer_kwargs", {}))
-    for d in (32, 64):
+    widths = _widths(name)
+    assert len(widths) == 2 and widths[0] == 32, widths
+    for d in widths:
         m = build_mixer(name, d=d)
         assert sum(p.numel() for p in m.parameters()) == cls.expected_parameters(d, max_len=L, **kwargs)
 
@@ -192,8 +205,9 @@ def test_kernel_matches_portable(name):
     why = _kernel_available(cls)
     if why:
         pytest.skip(why)
-    m = build_mixer(name, d=64, max_len=128).cuda().eval()
-    x = torch.randn(2, 128, 64, device="cuda", requires_grad=True)
+    d = _widths(name, (64, 128))[0]  # 64, or 128 where 64 is no width of the model (the copy Transformer's)
+    m = build_mixer(name, d=d, max_len=128).cuda().eval()
+    x = torch.randn(2, 128, d, device="cuda", requires_grad=True)
     assert_paths_agree(name, m, x, "forward_kernel", "forward_portable", KERNEL_TOL, 5 * KERNEL_TOL,
                        amp=torch.autocast("cuda", dtype=torch.bfloat16))
 

@@ -54,3 +54,58 @@ def test_the_constructor_checks_the_same_requirements():
     with pytest.raises(ValueError, match="d_state must be 'seq_len' or an even whole number"):
         get_mixer("h3")(8, max_len=16, d_state=5)
 
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(rotary_fraction=0), "rotary_fraction (the share of each head's channels rotary positions turn) must be a number in (0, 1]"),
+    (dict(rotary_fraction=1.5), "must be a number in (0, 1]"),
+    (dict(rotary_fraction=float("nan")), "must be a number in (0, 1]"),
+    (dict(rotary_fraction=True), "must be a number in (0, 1]"),
+    (dict(rotary_fraction="0.25"), "must be a number in (0, 1]"),
+    (dict(rotary_fraction=0.5, rope=False), "rotary_fraction below 1 needs rotary positions"),
+    (dict(rotary_fraction=0.25, num_heads=2), "int(the head width * rotary_fraction) must be even (rope=True, rotary_fraction=0.25, d_model=24, num_heads=2)"),
+])
+def test_the_attention_constructor_refuses_a_rotary_fraction_it_cannot_honour(kw, message):
+    """GPT-NeoX turns int(head_size * rotary_pct) channels in pairs (transformers 4.37.2
+    models/gpt_neox/modeling_gpt_neox.py:113, 613-617): an odd count, a share outside (0, 1], or a
+    share without rotary positions to turn is refused, naming the values."""
+    from arrepro.models import get_mixer
+
+    args = {"num_heads": 1, "rope": True, **kw}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_mixer("attention")(24, max_len=16, **args)
+
+
+def test_a_rotary_fraction_without_rotary_positions_is_refused_before_any_job(config):
+    """The check sees the ``rope`` the backbone hands the mixer (backbone.constructor_kwargs): a
+    share of channels to turn on a model with learned positions is refused, naming the key; with
+    rotary positions the same share passes, and at a width where the share is an odd count of a
+    head's channels the grid's widths are named."""
+    c = copy.deepcopy(config)
+    c["models"]["attention"]["mixer_kwargs"]["rotary_fraction"] = 0.5
+    fig2(c)["grids"][0]["models"] = ["attention"]
+    with pytest.raises(ConfigError, match=re.escape("models.attention.mixer_kwargs: rotary_fraction below 1 needs rotary positions")):
+        load_grid(c, "tiny")
+    c["models"]["attention"]["position"] = "rope"
+    widths = fig2(c)["grids"][0]["widths"]
+    assert all((w * 0.5) % 2 == 0 for w in widths), widths  # 1 head: int(w * 0.5) even at each of tiny's widths
+    load_grid(c, "tiny")
+    fig2(c)["grids"][0]["widths"] = [widths[0] + 2]
+    with pytest.raises(ConfigError, match=r"widths: model 'attention' at width \d+: rotary positions turn channel pairs"):
+        load_grid(c, "tiny")
+
+
+def test_the_parameter_estimate_counts_an_untied_head(config):
+    """The copy Transformer's own LM head (tied_head: false) adds vocabulary x width to the
+    estimate the memory checks read (arrepro.config.costs.parameters), as it does to the model."""
+    from arrepro.config import costs
+    from arrepro.config.grid import Grid
+
+    def estimate(tied: bool) -> int:
+        c = copy.deepcopy(config)
+        c["models"]["transformer_rope_jelassi"]["tied_head"] = tied
+        grid = Grid(c, "paper")
+        return costs.parameters(grid.spec_of(grid.cell("copy", "transformer_rope_jelassi", 1024, 12, "copy", 1e-3, 0)))
+
+    vocab = config["scales"]["paper"]["tasks"]["copy"]["vocab_size"]
+    assert estimate(False) - estimate(True) == vocab * 1024

@@ -207,6 +207,8 @@ def _check_models(grid, root: str | None) -> None:
                 if sig is not None:
                     values = {k: v for k, v in sig[0].items() if v is not NO_DEFAULT}
                     values.update(kwargs, d_model=w, max_len=task_seq_len(grid.scale["tasks"][t]))
+                    if "rope" in values and model.get("position") == "rope":
+                        values["rope"] = True  # as backbone.constructor_kwargs passes it (a mixer that takes it turns q, k)
                     problem = unmet(sig[1], values)
                     if problem and not {"d_model", "max_len"} & set(names_in(problem[0])):
                         raise ConfigError(f"models.{m}.mixer_kwargs: {problem[1]}")

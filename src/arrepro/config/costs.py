@@ -216,10 +216,12 @@ def runtime_min(spec: dict, attempt: int = 1, cells_per_gpu: int = 1) -> int:
 
 
 def parameters(spec: dict) -> int:
-    """The model's parameter count, estimated (mixer and MLP weights, embeddings, positions)."""
+    """The model's parameter count, estimated (mixer and MLP weights, embeddings, positions, an
+    LM head of its own where the model does not tie it to the embeddings)."""
     T, _, _, V, _ = _task_shape(spec)
     d, n = int(spec["width"]), int(spec["layers"])
-    return 12 * d * d * n + V * d + T * d
+    head = 0 if defaults.model(spec["model_def"])["tied_head"] else V * d
+    return 12 * d * d * n + V * d + T * d + head
 
 
 def mem_mb(spec: dict) -> int:

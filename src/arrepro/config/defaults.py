@@ -13,7 +13,7 @@ from __future__ import annotations
 import types
 
 MODEL = types.MappingProxyType({"mixer_kwargs": types.MappingProxyType({}), "mlp": True, "mlp_ratio": 4,
-                                "position": "none", "norm": "layer"})
+                                "position": "none", "norm": "layer", "residual": "sequential", "tied_head": True})
 # decay "all" and init "zoology": the sources' readings (arrepro.models.backbone, arrepro.models.init);
 # shuffle False: every epoch takes the training set in its generation order, as Zoology's
 # DataLoader(shuffle=False) does (zoology/data/utils.py:121)

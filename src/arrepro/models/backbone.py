@@ -1,7 +1,7 @@
 """The language model every experiment trains (nanoGPT-sized, one screen).
 
 token embedding (+ positional scheme) -> N x [pre-norm -> sequence mixer -> residual;
-pre-norm -> MLP -> residual] -> final norm -> tied LM head. ``mlp=False`` drops the MLP
+pre-norm -> MLP -> residual] -> final norm -> LM head. ``mlp=False`` drops the MLP
 (the plain Mamba architecture, whose block already has its own gated expansion); ``mlp="identity"``
 keeps its norm and residual with the identity for the MLP, x + LN(x): Zoology's TransformerBlock
 with its ``state_mixer`` the identity (zoology/model.py lines 149-159; the replication's models).
@@ -9,6 +9,12 @@ with its ``state_mixer`` the identity (zoology/model.py lines 149-159; the repli
 and Mamba2Block have them (zoology/mixers/mamba.py); the final norm stays a LayerNorm (Zoology's
 ``ln_f``). The embedding dropout is Zoology's TransformerBlock's (its first ``dropout1``): a model of
 Mamba's blocks (``init.is_mamba_block``) has none, as neither Zoology's MambaBlock nor mamba-ssm has.
+``residual="parallel"`` puts both branches on the block's input, x + mixer(LN1 x) + MLP(LN2 x)
+(GPT-NeoX's ``use_parallel_residual``, default True: transformers 4.37.2
+models/gpt_neox/configuration_gpt_neox.py:129; modeling_gpt_neox.py:703-707). The LM head is the
+token embedding's transpose (``tied_head=True``) or a Linear of its own without bias (GPT-NeoX's
+``embed_out``, ``tie_word_embeddings`` default False: configuration_gpt_neox.py:128;
+modeling_gpt_neox.py:966, 1048).
 
 The first weights are drawn by the recipe's ``init`` rule (arrepro.models.init: Zoology's, Jelassi's
 or this project's earlier one); the optimiser decays every parameter or, with ``decay="matrices"``,
@@ -50,18 +56,27 @@ def _block_params(conv: str):
 IGNORE = -100
 NORMS = ("layer", "rms")
 DECAYS = ("all", "matrices")
+RESIDUALS = ("sequential", "parallel")
 
 
 class Block(KernelMixer):
-    """pre-norm -> mixer -> residual; pre-norm -> MLP -> residual. A block with an MLP whose mixer
-    names a compiled block (``block_cpu_kernel_name``; ``block_kernel()`` its arguments, or None
-    where the mixer's options rule it out) runs as that one fused kernel on the CPU, recorded as
-    every kernel is; elsewhere, and every other block, as its modules. The mixer's file names the
-    kernel, so only its cells' code digests count that kernel's file."""
+    """pre-norm -> mixer -> residual; pre-norm -> MLP -> residual (``residual="sequential"``), or
+    x + mixer(LN1 x) + MLP(LN2 x) (``"parallel"``, which needs the MLP). A block with an MLP whose
+    mixer names a compiled block (``block_cpu_kernel_name``; ``block_kernel()`` its arguments) asks
+    for that one fused kernel on the CPU: its limits (``kernels.KERNELS``) read the block's residual
+    and the mixer's ``block_call()`` facts, and where they rule it out the record says why and the
+    block's modules run (each with its own kernels); elsewhere, and every other block, its modules.
+    The mixer's file names the kernel, so only its cells' code digests count that kernel's file."""
     op_name = "block"
 
-    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool | str, mlp_ratio: int, norm: str = "layer"):
+    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool | str, mlp_ratio: int, norm: str = "layer",
+                 residual: str = defaults.MODEL["residual"]):
         super().__init__()
+        if residual not in RESIDUALS:
+            raise ValueError(f"residual must be one of {RESIDUALS}, got {residual!r}")
+        if residual == "parallel" and mlp is not True:
+            raise ValueError("a parallel residual adds the MLP beside the mixer: it needs mlp")
+        self.residual = residual
         make_norm = (lambda: nn.RMSNorm(d_model, eps=1e-5)) if norm == "rms" else (lambda: nn.LayerNorm(d_model))
         self.norm1, self.mixer = make_norm(), mixer
         self.norm2 = make_norm() if mlp else None
@@ -71,6 +86,9 @@ class Block(KernelMixer):
         self.fused = mixer.block_kernel() if mlp is True and norm == "layer" and name else None
         if self.fused is not None:
             self.kernel_name = self.cpu_kernel_name = name  # no CUDA kernel: on CUDA the modules
+
+    def kernel_call(self, x: torch.Tensor) -> dict:
+        return {"residual": self.residual, **self.mixer.block_call()}
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         if self.fused is None or overridden(self.mixer.kernel_name):  # a test's stand-in runs in the mixer
@@ -84,12 +102,11 @@ class Block(KernelMixer):
     def forward_portable(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``rows`` (a boolean (B, L) mask): return only those positions, (M, D). The mixer
         still sees the whole sequence; the position-wise MLP runs on the kept rows only."""
-        x = x + self.mixer(self.norm1(x))
+        y = x + self.mixer(self.norm1(x))
+        z = x if self.residual == "parallel" else y  # what the MLP's norm reads
         if rows is not None:
-            x = x[rows]
-        if self.mlp is not None:
-            x = x + self.mlp(self.norm2(x))
-        return x
+            y, z = y[rows], z[rows]
+        return y if self.mlp is None else y + self.mlp(self.norm2(z))
 
 
 def constructor_kwargs(mixer: str, kwargs: dict | None, position: str) -> dict:
@@ -101,11 +118,19 @@ def constructor_kwargs(mixer: str, kwargs: dict | None, position: str) -> dict:
     return out
 
 
+def model_kwargs(model_def: dict) -> dict:
+    """The ``LanguageModel`` arguments a config model (or a cell spec's ``model_def``) names, each
+    optional one filled in from ``defaults.MODEL``; the caller adds the sizes and the recipe's dropout."""
+    m = defaults.model(model_def)
+    return {k: m[k] for k in ("mixer", "mixer_kwargs", "mlp", "mlp_ratio", "position", "norm", "residual", "tied_head")}
+
+
 class LanguageModel(nn.Module):
     def __init__(self, *, vocab_size: int, d_model: int, n_layers: int, max_len: int, mixer: str,
                  mixer_kwargs: dict | None = None, mlp: bool = defaults.MODEL["mlp"],
                  mlp_ratio: int = defaults.MODEL["mlp_ratio"], position: str = defaults.MODEL["position"],
-                 norm: str = defaults.MODEL["norm"], embed_dropout: float = defaults.RECIPE["embed_dropout"],
+                 norm: str = defaults.MODEL["norm"], residual: str = defaults.MODEL["residual"],
+                 tied_head: bool = defaults.MODEL["tied_head"], embed_dropout: float = defaults.RECIPE["embed_dropout"],
                  init: str = defaults.RECIPE["init"]):
         super().__init__()
         if position not in POSITIONS:
@@ -114,6 +139,8 @@ class LanguageModel(nn.Module):
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
         if mlp not in (True, False, "identity"):
             raise ValueError(f"mlp must be true, false or 'identity', got {mlp!r}")
+        if not isinstance(tied_head, bool):
+            raise ValueError(f"tied_head must be true or false, got {tied_head!r}")
         cls = get_mixer(mixer)
         kwargs = constructor_kwargs(mixer, mixer_kwargs, position)
         self.position = position
@@ -127,12 +154,15 @@ class LanguageModel(nn.Module):
             self.register_buffer("pos_table", table, persistent=False)
         self.layers = nn.ModuleList(
             Block(d_model, cls(d_model, max_len=max_len, **kwargs,
-                               **({"layer_idx": i} if getattr(cls, "wants_layer_idx", False) else {})), mlp, mlp_ratio, norm)
+                               **({"layer_idx": i} if getattr(cls, "wants_layer_idx", False) else {})), mlp, mlp_ratio,
+                  norm, residual)
             for i in range(n_layers)  # (a mixer that alternates by layer, Zoology's Hybrid, asks for its index)
         )
         self.drop = nn.Dropout(0.0 if is_mamba_block(self.layers[0]) else embed_dropout)
         self.norm_f = nn.LayerNorm(d_model)
-        self.head = TiedHead()  # logits = hidden @ embed.weight.T (no parameters of its own)
+        # tied: logits = hidden @ embed.weight.T (no parameters of its own); untied: its own weight
+        self.tied_head = tied_head
+        self.head = TiedHead() if tied_head else nn.Linear(d_model, vocab_size, bias=False)
         initialise(self, init, n_layers)
         use_fused_linears(self)  # every linear layer: the fused product on the CPU (ops.Linear)
 
@@ -152,15 +182,19 @@ class LanguageModel(nn.Module):
             x = block(x, rows if i == len(self.layers) - 1 else None)
         return self.norm_f(x)
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head on hidden states: the token embedding's transpose, or the head's own weight."""
+        return self.head(hidden, self.embed.weight) if self.tied_head else self.head(hidden)
+
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits at every position (B, L, V)."""
-        return self.head(self.hidden(inputs), self.embed.weight)
+        return self.logits(self.hidden(inputs))
 
     def labelled_logits(self, inputs: torch.Tensor, labels: torch.Tensor):
         """Logits only where a label is set: (M, V) and the M targets. The loss and its
         gradients equal those of the full head with ignore_index, at a fraction of the cost."""
         mask = labels != IGNORE
-        return self.head(self.hidden(inputs, mask), self.embed.weight), labels[mask]
+        return self.logits(self.hidden(inputs, mask)), labels[mask]
 
     def loss(self, inputs: torch.Tensor, labels: torch.Tensor):
         logits, target = self.labelled_logits(inputs, labels)

@@ -89,6 +89,14 @@ def _no_dropout(call: dict) -> str | None:
     return f"dropout {call['dropout']} (the fused CPU attention has none)" if call["dropout"] else None
 
 
+def _only(key: str, value, what: str):
+    """A limit ``call[key] == value``; the reason names the value and what the kernel computes instead."""
+    def check(call: dict) -> str | None:
+        v = call[key]
+        return None if v == value else f"{key.replace('_', ' ')} {v} ({what})"
+    return check
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel function: where it lives and what it accepts (see each entry's source lines)."""
@@ -183,10 +191,16 @@ KERNELS: dict[str, Kernel] = {
     # every linear layer of a model and its tied head (ops.Linear, ops.TiedHead): a matrix product
     # whose bits do not depend on the CPU, at ~3x the speed of MKL's pinned COMPATIBLE branch
     "linear_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.linear_cpu", "linear", "F.linear (MKL)", device="cpu"),
-    # a pre-norm attention block with its MLP, compiled whole (backbone.Block where its mixer's
-    # block_kernel says so: attention, its convolutions and rotary positions, without dropout); fp32
+    # a pre-norm attention block with its MLP, compiled whole (backbone.Block where its mixer names
+    # it: attention, its convolutions and rotary positions); fp32. It computes x1 = x + attn(LN1 x),
+    # then x1 + mlp(LN2 x1) (sequential), rotary on every channel of a head, no dropout: a parallel
+    # residual (GPT-NeoX's x + attn(LN1 x) + mlp(LN2 x)), partial rotary or dropout run the block's
+    # own modules (each with its own kernels: attention_cpu, mlp_cpu, linear_cpu), recorded
     "block_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.block_cpu", "block", "the block's own modules",
-                        device="cpu"),
+                        limits=(_only("dropout", 0.0, "the compiled block has none"),
+                                _only("residual", "sequential", "the compiled block adds its MLP after its mixer"),
+                                _only("rotary_fraction", 1.0, "the compiled block turns every channel of a head")),
+                        call_keys=("dropout", "residual", "rotary_fraction"), device="cpu"),
 }
 CPU_DTYPES = (torch.float32, torch.float64)
 

@@ -64,18 +64,26 @@ class ShortConv(KernelMixer):
 
 
 def rotary_tables(length: int, dim: int, device=None, base: float = 10000.0):
+    """cos, sin (length, dim / 2) of the angles position t * base^(-2i / dim) turns the rotated
+    channels by: ``dim`` the channels rotated (a head's, or GPT-NeoX's share of them, whose
+    frequencies span the rotated channels alone: transformers 4.37.2
+    models/gpt_neox/modeling_gpt_neox.py:537, ``GPTNeoXRotaryEmbedding`` built on ``rotary_ndims``, :138-139)."""
     inv = 1.0 / base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
     ang = torch.arange(length, device=device, dtype=torch.float32)[:, None] * inv[None]
     return ang.cos(), ang.sin()
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate channel pairs (first half, second half) of x (..., L, dim) by position angles."""
-    half = x.shape[-1] // 2
+    """Rotate the channel pairs (i, i + h) of x's first 2h channels (x (..., L, dim)) by the
+    position angles, h the tables' width (cos, sin (L, h): ``rotary_tables(L, 2h)``); channels
+    from 2h on pass unchanged (partial rotary: GPT-NeoX turns the first ``rotary_ndims`` of each
+    head with ``rotate_half`` on that slice and concatenates the rest, transformers 4.37.2
+    models/gpt_neox/modeling_gpt_neox.py:190-202, 613-617, 644-645)."""
+    half = cos.shape[-1]
     x1, x2 = x[..., :half], x[..., half : 2 * half]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     rot = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return torch.cat([rot, x[..., 2 * half :]], dim=-1) if x.shape[-1] % 2 else rot
+    return torch.cat([rot, x[..., 2 * half :]], dim=-1) if 2 * half < x.shape[-1] else rot
 
 
 def sinusoidal_table(length: int, dim: int) -> torch.Tensor:

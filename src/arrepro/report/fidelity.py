@@ -91,6 +91,22 @@ def _all_seeds(c):
     return sorted({s for e in _scale(c)["experiments"].values() for g in e["grids"] for s in g["seeds"]})
 
 
+def _copy_scored(c) -> str:
+    """What the copy task's exact match counts, read off a generated test row: the positions of its
+    ``exact_mask`` against its labels (arrepro.data.copying)."""
+    import numpy as np
+
+    from arrepro.data import task_spec
+    from arrepro.data.copying import IGNORE, make_copy_splits
+
+    spec = task_spec(_scale(c)["tasks"]["copy"])
+    test = make_copy_splits(spec, 1, 1, 0)["test"]
+    labels, mask = test["labels"][0], test["exact_mask"][0]
+    eos = labels == spec.eos
+    scored = "the copied string" + (", without EOS" if not mask[eos].any() else ", with EOS")
+    return scored if np.array_equal(mask | eos, labels != IGNORE) else "other positions"
+
+
 def _setting(exp):
     """(L, K, width, layers) of an experiment's first grid."""
     def get(c):
@@ -157,6 +173,8 @@ REFERENCE: list[Ref] = [
     Ref("recipes.paper.weight_decay", _recipe("paper", "weight_decay"), 0.1, 0.1, 0.1, source="A.2 Training: 'AdamW ..., weight decay 0.1'"),
     Ref("recipes.paper.schedule", _recipe("paper", "schedule"), SILENT, "cosine (per epoch)", source="A.2 (no decay stated)"),
     Ref("recipes.paper.embed_dropout", _recipe("paper", "embed_dropout", defaults.RECIPE["embed_dropout"]), SILENT, 0.1, source="Zoology ModelConfig: embed_dropout 0.1"),
+    Ref("recipes.paper.shuffle", _recipe("paper", "shuffle", defaults.RECIPE["shuffle"]), SILENT, False,
+        source="Zoology data/utils.py:121: DataLoader(shuffle=False), the same order every epoch"),
     Ref("precision", lambda c: defaults.scale(_scale(c), "precision"), SILENT, "fp32", source="A.2: 'GPU A100' (precision not given); Zoology: fp32"),
     Ref("aggregate.metric", lambda c: c["aggregate"]["metric"], SILENT,
         source="A.2: 'the best performance achieved across the tested learning rates'"),
@@ -209,6 +227,8 @@ REFERENCE: list[Ref] = [
     Ref("copy Transformer (layers, width, heads)", lambda c: (_grid("table1", 0, "layers")(c)[0], _grid("table1", 0, "widths")(c)[0],
                                                               c["models"][_grid("table1", 0, "models")(c)[0]]["mixer_kwargs"]["num_heads"]),
         (12, 1024, SILENT), jelassi=(12, 1024, 16), source="Table 1: Attention (RoPE) 12 layers, width 1024; Jelassi main.py: --heads 16"),
+    Ref("copy exact match", _copy_scored, SILENT, jelassi="the copied string, without EOS",
+        source="Jelassi test_utils.py:23-29: the prediction against the copy without its '.'"),
     Ref("copy Mamba d_state", _model("mamba_jelassi", "mixer_kwargs", "d_state"), SILENT, jelassi=32, source="Jelassi main.py: --state_dim 32"),
     Ref("Table 1 Mamba shapes", lambda c: sorted((g["layers"][0], g["widths"][0]) for g in _scale(c)["experiments"]["table1"]["grids"][1:]),
         [(12, 1024), (12, 1408), (24, 1024)], source="Table 1: Mamba 12x1024, 24x1024, 12x1408"),

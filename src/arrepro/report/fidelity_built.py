@@ -110,7 +110,7 @@ def rows_of(config: dict, b: dict) -> list[dict]:
                      if len(groups) > 1 else "") for v, ns in sorted(groups.items(), reverse=True))
     rows.append(dict(quantity="weight decay", ok=set(groups) == {wd}, here=here, rule=f"{wd:g} on every parameter",
                      where=DECAY_SRC[src]))
-    rows += _dropout_and_norm_rows(b, model)
+    rows += _structure_rows(b, model)
     return [{"model": b["model"], **r} for r in rows]
 
 
@@ -146,7 +146,8 @@ def _init_rows(b, model, special, n):
     return out
 
 
-def _dropout_and_norm_rows(b, model) -> list[dict]:
+def _structure_rows(b, model) -> list[dict]:
+    """The dropout, residual, head (and GPT-NeoX's rotary fraction) and block norm of a built model."""
     block, src = model.layers[0], b["source"]
     mamba = is_mamba_block(block)
     p_embed = model.drop.p
@@ -164,6 +165,21 @@ def _dropout_and_norm_rows(b, model) -> list[dict]:
                          rule=f"{want:g}", where="zoology/experiments/iclr24_zoology_figure2/configs.py:55-60: MHA dropout 0.1"
                          if b["replication"] else ("zoology/mixers/attention.py:43: MHA class default 0.0" if src == ZOOLOGY
                                                    else f"{NEOX_INIT.split(':')[0]}: attention_dropout 0.0")))
+    neox = "transformers gpt_neox/configuration_gpt_neox.py:128-131 (4.37.2)"
+    if src == JELASSI and not mamba:  # GPT-NeoX's structure
+        rows += [dict(quantity="residual", ok=block.residual == "parallel", here=block.residual, rule="parallel",
+                      where=f"{neox}: use_parallel_residual True"),
+                 dict(quantity="rotary fraction", ok=abs(getattr(block.mixer, "rotary_fraction", 1.0) - 0.25) < 1e-12,
+                      here=f"{getattr(block.mixer, 'rotary_fraction', 1.0):g}", rule="0.25", where=f"{neox}: rotary_pct 0.25")]
+    else:
+        rows.append(dict(quantity="residual", ok=block.residual == "sequential", here=block.residual, rule="sequential",
+                         where=("zoology/mixers/mamba.py:204-260 MambaBlock" if mamba else "zoology/model.py:149-159 TransformerBlock")
+                         if src == ZOOLOGY else f"{MAMBA_INIT.split(':')[0]}: Block"))
+    untied = src == JELASSI and not mamba
+    rows.append(dict(quantity="LM head", ok=model.tied_head != untied, here="tied" if model.tied_head else "untied",
+                     rule="untied" if untied else "tied",
+                     where=f"{neox}: tie_word_embeddings False" if untied else "zoology/model.py:219" if src == ZOOLOGY
+                     else "mamba_ssm/models/mixer_seq_simple.py:208-211 (1.0.1): tie_weights"))
     norm = type(block.norm1).__name__
     want = "RMSNorm" if mamba and src == ZOOLOGY and block.mlp is None else "LayerNorm"  # Zoology's MambaBlock
     rows.append(dict(quantity="block norm", ok=norm == want, here=norm, rule=want,

@@ -20,7 +20,7 @@ from arrepro.config.lookahead import lookahead_problem
 from arrepro.config.paths import REPO_ROOT
 from arrepro.digest import file_digest, source_digest
 from arrepro.models import LanguageModel
-from arrepro.models.backbone import DECAYS, IGNORE, NORMS
+from arrepro.models.backbone import DECAYS, IGNORE, NORMS, model_kwargs
 from arrepro.models.init import RULES as INIT_RULES
 from arrepro.models.kernels import kernels_enabled
 
@@ -138,11 +138,10 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
 
 
 def build_model(spec: dict, vocab_size: int, max_len: int) -> LanguageModel:
-    m, recipe = defaults.model(spec["model_def"]), defaults.recipe(spec["recipe_def"])
+    recipe = defaults.recipe(spec["recipe_def"])
     return LanguageModel(
         vocab_size=vocab_size, d_model=spec["width"], n_layers=spec["layers"], max_len=max_len,
-        mixer=m["mixer"], mixer_kwargs=m["mixer_kwargs"], mlp=m["mlp"], mlp_ratio=m["mlp_ratio"],
-        position=m["position"], norm=m["norm"], embed_dropout=recipe["embed_dropout"], init=recipe["init"],
+        **model_kwargs(spec["model_def"]), embed_dropout=recipe["embed_dropout"], init=recipe["init"],
     )
 
 

@@ -1,4 +1,5 @@
-"""Multi-head causal softmax attention, optionally with rotary embeddings and short
+"""Multi-head causal softmax attention, optionally with rotary embeddings (on every channel of a
+head, or on the first ``rotary_fraction`` of them: GPT-NeoX's ``rotary_pct``) and short
 convolutions on the Q, K and/or V paths (the paper's "Attention + Conv", Sec. 7).
 
 Portable path: ``torch.nn.functional.scaled_dot_product_attention``.
@@ -6,6 +7,9 @@ Kernel path:   ``flash_attn.flash_attn_func`` on CUDA in a bf16/fp16 run, head d
                (``arrepro.models.kernels`` decides and records why).
 CPU kernel:    ``cpu_kernels/attention_cpu.py`` (numba) on the CPU without dropout.
 Reference:     explicit masked softmax.
+Every path takes its queries and keys from ``_qkv``, rotated there (partial rotary included); the
+compiled block (``block_cpu``, its block with the MLP in one kernel) turns every channel of a head
+and has no dropout, so it declines the others, recorded (``block_call``, ``kernels.KERNELS``).
 """
 from __future__ import annotations
 
@@ -31,6 +35,11 @@ REQUIRES = (
     ("conv_mode == 'causal' or conv_size % 2 == 1", "a centred conv needs an odd conv_size"),
     ("conv_mode == 'causal' or len(conv) > 0", "conv_mode centred needs a conv (conv names no path: nothing to centre)"),
     ("0 <= dropout < 1", "dropout must be in [0, 1)"),
+    ("isinstance(rotary_fraction, (int, float)) and not isinstance(rotary_fraction, bool) and 0 < rotary_fraction <= 1",
+     "rotary_fraction (the share of each head's channels rotary positions turn) must be a number in (0, 1]"),
+    ("rope or rotary_fraction == 1", "rotary_fraction below 1 needs rotary positions (the model's position: rope)"),
+    ("not rope or int(d_model // num_heads * rotary_fraction) % 2 == 0",
+     "rotary positions turn channel pairs: int(the head width * rotary_fraction) must be even"),
 )
 
 
@@ -42,10 +51,15 @@ class Attention(KernelMixer):
     block_cpu_kernel_name = "block_cpu"  # its block with the MLP, compiled whole (backbone.Block; block_kernel)
 
     def __init__(self, d_model: int, *, max_len: int, num_heads: int = 1, dropout: float = 0.0,
-                 rope: bool = False, conv: str = "", conv_size: int = 3, conv_mode: str = "causal"):
+                 rope: bool = False, rotary_fraction: float = 1.0, conv: str = "", conv_size: int = 3,
+                 conv_mode: str = "causal"):
         super().__init__()
         require(REQUIRES, locals())
         self.h, self.dh, self.dropout, self.rope, self.max_len = num_heads, d_model // num_heads, dropout, rope, max_len
+        # the channels of a head that rotary positions turn, the first ones, counted as GPT-NeoX counts
+        # them: int(head_size * rotary_pct) (transformers 4.37.2 models/gpt_neox/modeling_gpt_neox.py:113)
+        self.rotary_fraction = rotary_fraction
+        self.rotary_dims = int(self.dh * rotary_fraction) if rope else 0
         # causal: position t sees t-k+1..t; centred: t-s..t+s, s = (k-1)/2 future steps (the conv
         # as nn.Conv1d(padding=k//2) computes it, which the paper most likely ran: docs/fidelity.md)
         self.conv_mode = conv_mode
@@ -78,8 +92,8 @@ class Attention(KernelMixer):
             inp = self._conv(name, x, conv_path) if name in self.convs else x
             out.append(proj(inp).unflatten(-1, (self.h, self.dh)).transpose(1, 2))  # (B, H, L, dh)
         q, k, v = out
-        if self.rope:
-            cos, sin = rotary_tables(x.shape[1], self.dh, x.device)
+        if self.rotary_dims:  # the first rotary_dims channels of each head turned, the rest as they are
+            cos, sin = rotary_tables(x.shape[1], self.rotary_dims, x.device)
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         return q, k, v
 
@@ -89,12 +103,15 @@ class Attention(KernelMixer):
     def kernel_call(self, x: torch.Tensor) -> dict:
         return {"head_dim": self.dh, "dropout": self.dropout if self.training else 0.0}
 
-    def block_kernel(self) -> dict | None:
-        """The arguments of the compiled block (``cpu_kernels/block_cpu.py``) for a block of this
-        mixer, or None where that block does not compute this mixer: with dropout (it has none)."""
-        if self.dropout:
-            return None
+    def block_kernel(self) -> dict:
+        """The arguments of the compiled block (``cpu_kernels/block_cpu.py``) for a block of this mixer."""
         return {"num_heads": self.h, "conv": "".join(self.convs), "lookahead": self.lookahead, "rope": self.rope}
+
+    def block_call(self) -> dict:
+        """The facts of this mixer that the compiled block's limits read (``kernels.KERNELS["block_cpu"]``):
+        it has no dropout and turns every channel of a head, so it declines the others, recorded.
+        The options decide, not the mode: a model's training and evaluation run the same path."""
+        return {"dropout": self.dropout, "rotary_fraction": self.rotary_fraction}
 
     def forward_portable(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x, "forward_portable")
