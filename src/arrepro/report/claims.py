@@ -82,7 +82,8 @@ def paper_claim(cid: str) -> str:
 
 
 def judge(results: dict) -> list[dict]:
-    """Every claim whose experiment this scale declares and trains: id, exp, claim, verdict, compared."""
+    """Every claim whose experiment this scale declares and trains: id, exp, claim, verdict, compared and
+    (inconclusive) the reason."""
     rows = []
     for cid, exp, text, fn in CLAIMS:
         e = results.get(exp)
@@ -92,7 +93,8 @@ def judge(results: dict) -> list[dict]:
         if j is not None:
             seeds = int(e.best["n_seeds"].min()) if "n_seeds" in e.best.columns else MIN_SEEDS
             if seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
-                j = Judgement(INCONCLUSIVE, f"{j.compared} (on {seeds} seed{'s' if seeds != 1 else ''}, fewer than "
-                                            f"{MIN_SEEDS}: no verdict)")
-            rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared})
+                few = f"on {seeds} seed{'s' if seeds != 1 else ''}, fewer than {MIN_SEEDS}"
+                j = Judgement(INCONCLUSIVE, f"{j.compared} ({few}: no verdict)", few)
+            rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared,
+                         "reason": j.reason if j.verdict == INCONCLUSIVE else ""})
     return rows
