@@ -75,5 +75,5 @@ def test_every_choice_names_a_setting_of_the_table():
 
 
 def test_the_readme_shows_the_current_table():
-    page = (ROOT / "docs" / "fidelity.md").read_text()
-    assert fidelity.markdown(CONFIG) in page, "docs/fidelity.md's table is stale: python -m arrepro.report.fidelity"
+    page = (ROOT / "docs" / "reference" / "fidelity.md").read_text()
+    assert fidelity.markdown(CONFIG) in page, "docs/reference/fidelity.md's table is stale: python -m arrepro.report.fidelity"

@@ -312,8 +312,8 @@ def test_every_scale_plans(tmp_path):
         if scale == "paper":
             stats = p.stdout.split("Job stats:")[1]
             jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\S+)\s+(\d+)\s*$", stats.split("\n\n")[0], re.M)}
-            said = re.search(r"lists\s+round 0 \(([\d,]+) jobs: ([\d,]+) train", (ROOT / "docs/workflow.md").read_text())
-            assert said, "docs/workflow.md: `snakemake -n all --config scale=paper` lists round 0 (N jobs: M train, ...)"
+            said = re.search(r"lists\s+round 0 \(([\d,]+) jobs: ([\d,]+) train", (ROOT / "docs/reference/workflow.md").read_text())
+            assert said, "docs/reference/workflow.md: `snakemake -n all --config scale=paper` lists round 0 (N jobs: M train, ...)"
             assert (jobs["total"], jobs["train"]) == tuple(int(x.replace(",", "")) for x in said.groups()), jobs
 
 

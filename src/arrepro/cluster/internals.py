@@ -34,7 +34,7 @@ The rest of the package and the rule files use Snakemake's API only.
   wake included: every job that ends adds a chain of passes, one a second, that never stops, each
   pass over every ready job. In the demo (440 cells, 610 jobs) its main process held 127 threads,
   then 189 five seconds later, and had used 461 CPU-seconds 41 minutes into the run, most of them
-  in those passes (docs/demo.md). ``_schedule_reevaluation`` keeps one timer pending at most: a
+  in those passes (docs/history/demo.md). ``_schedule_reevaluation`` keeps one timer pending at most: a
   pass within the timespan after any pass, as Snakemake intends, and no more.
 * ``recorded_jobs``: the jobs a finished run recorded (Snakemake's file persistence,
   ``.snakemake/metadata``), read by the run's cost report (arrepro.cluster.runcost).

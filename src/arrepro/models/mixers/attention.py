@@ -47,7 +47,7 @@ class Attention(KernelMixer):
         require(REQUIRES, locals())
         self.h, self.dh, self.dropout, self.rope, self.max_len = num_heads, d_model // num_heads, dropout, rope, max_len
         # causal: position t sees t-k+1..t; centred: t-s..t+s, s = (k-1)/2 future steps (the conv
-        # as nn.Conv1d(padding=k//2) computes it, which the paper most likely ran: docs/fidelity.md)
+        # as nn.Conv1d(padding=k//2) computes it, which the paper most likely ran: docs/reference/fidelity.md)
         self.conv_mode = conv_mode
         self.lookahead = layer_lookahead({"conv": conv, "conv_size": conv_size, "conv_mode": conv_mode})
         self.q_proj = nn.Linear(d_model, d_model)
