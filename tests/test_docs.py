@@ -46,16 +46,21 @@ PATH_ROOTS = [ROOT, ROOT / "src", PACKAGE, ROOT / "workflow" / "rules", ROOT / "
 NAME_ROOTS = [PACKAGE, ROOT / "scripts", ROOT / "bench", ROOT / "tests", ROOT / "workflow", ROOT / "envs", ROOT]
 
 
-def inline_code(text: str) -> list[tuple[int, str]]:
-    """(line, text) of every inline code span outside fenced blocks."""
+def outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every line outside fenced blocks."""
     out, fenced = [], False
     for n, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
             continue
         if not fenced:
-            out += [(n, m) for m in re.findall(r"`([^`\n]+)`", line)]
+            out.append((n, line))
     return out
+
+
+def inline_code(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every inline code span outside fenced blocks."""
+    return [(n, m) for n, line in outside_fences(text) for m in re.findall(r"`([^`\n]+)`", line)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -280,18 +285,6 @@ def test_every_name_of_code_in_the_sources_docstrings_exists():
 
 # --------------------------------------------------------------------------- links (issue 56)
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-
-
-def outside_fences(text: str) -> list[tuple[int, str]]:
-    """(line, text) of every line outside fenced blocks."""
-    out, fenced = [], False
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-            continue
-        if not fenced:
-            out.append((n, line))
-    return out
 
 
 def prose(text: str) -> str:
