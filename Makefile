@@ -2,12 +2,20 @@
 #   make demo   set up .venv and run the CPU demo: every figure and table under results/demo/
 #   make test   set up .venv (and .venv-kernels) and run the tests (the kernel packages' own code
 #               under Triton's interpreter first: `make kernels-cpu`)
-# Both work on a fresh machine with Python 3.11 (torch's CPU build comes from the local wheel).
+# Both work on a fresh machine with Python 3.11. They use every core of the machine (each training
+# cell takes one core, one thread); `make demo CORES=4` uses 4. torch comes from pip's package
+# index as it is configured: where that serves PyPI's default wheel, it is the CUDA build
+# (gigabytes); TORCH_INDEX=URL installs torch from that index instead (PyTorch's CPU wheel index
+# for the CPU build: docs/guides/quickstart.md).
 VENV   := .venv
 PY     := $(VENV)/bin/python
 KVENV  := .venv-kernels
 KPY    := $(KVENV)/bin/python
-CORES  ?= 2
+CORES  ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+TORCH_INDEX ?=
+# the Python the venvs are made with (3.11 or newer)
+PYTHON ?= python3
+TORCH  := torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 SCALE  ?= demo
@@ -16,19 +24,20 @@ SCALE  ?= demo
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q torch==2.13.0
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
 # Every external program the demo needs (TeX for the paper) is checked first: installed with
-# apt-get as root, else the command that installs it is printed and nothing runs.
+# apt-get as root, else the command that installs it is printed and nothing runs. When it ends:
+# `python -m arrepro.cluster.runcost demo` prints what it cost and how long it takes on N cores.
 demo: setup
 	$(PY) -m arrepro.cluster.tools --install
 	snakemake --cores $(CORES) --rerun-incomplete --keep-going --show-failed-logs all
 
 # The learning-rate protocol checked on the scale's real cells: the literal grid (lr_protocol: grid)
-# trained beside the search, its statistic beside the search's, setting by setting (docs/protocol.md).
+# trained beside the search, its statistic beside the search's, setting by setting (docs/reference/protocol.md).
 # Exits 1 where a search falls short of the literal grid beyond the seed spread (a check that can fail).
 protocol-check: setup
 	snakemake --cores $(CORES) --rerun-incomplete results/$(SCALE)/tables/protocol_check.csv --config scale=$(SCALE)
@@ -54,8 +63,8 @@ bench: setup
 NOCUDA := MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE CAUSAL_CONV1D_SKIP_CUDA_BUILD=TRUE CAUSAL_CONV1D_FORCE_BUILD=TRUE
 
 $(KVENV)/.installed: envs/kernels-cpu.txt
-	python3 -m venv $(KVENV)
-	$(KPY) -m pip install -q torch==2.13.0
+	$(PYTHON) -m venv $(KVENV)
+	$(KPY) -m pip install -q $(TORCH)
 	$(KPY) -m pip install -q --no-deps -c envs/kernels-cpu.txt setuptools wheel packaging
 	$(NOCUDA) $(KPY) -m pip install -q --no-deps --no-build-isolation -r envs/kernels-cpu.txt
 	$(KPY) -m pip install -q --no-deps --no-build-isolation -e .
@@ -82,7 +91,7 @@ gpu-check:
 		|| { echo "make gpu-check: a kernel path disagrees with its portable path (above)" >&2; exit 1; }
 	$(GVENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
-# The kernel packages on a GPU machine without network (docs/cluster.md, "The kernels on a GPU
+# The kernel packages on a GPU machine without network (docs/reference/cluster.md, "The kernels on a GPU
 # machine"). `make gpu-carry`, where the package registry is reachable: the folder that travels
 # (.gpu-carry, git-ignored, ~30 MB): the source archives of causal-conv1d and mamba-ssm (their
 # metadata step imports torch: .venv's; *_SKIP_CUDA_BUILD, or it fails without CUDA), fla's wheels,

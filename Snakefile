@@ -80,6 +80,8 @@ rule all:
         rules.cells_table.output,
         f"{OUT}/paper/numbers.tex",
         f"{OUT}/paper/setup.tex",
+        f"{OUT}/claims.md",
+        f"{OUT}/claims.csv",
         f"{OUT}/paper.pdf",
         [s.report_path(OUT) for s in SEARCHES.searches.values()],  # one file per learning-rate search
         missing_cell_files(),

@@ -6,7 +6,7 @@ recipes, its base width). A candidate is tried in stages of probe cells, trained
 workflow trains a cell (scripts/train_cell.py through the training server: pinned numerics, one
 thread, two cells at a time), each stage's cells decided by the results before it. A stage ends
 in a rule; a candidate that fails a rule stops there and the table says which. The rules were
-written down before the pilot first ran (docs/demo.md, "The pilot"); they ask for a scale where
+written down before the pilot first ran (docs/history/demo.md, "The pilot"); they ask for a scale where
 the paper's claims have something to decide, never for a verdict:
 
   R1  2-layer attention reaches GOOD (0.9) on every seed at some learning rate

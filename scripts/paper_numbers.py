@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Write the manuscript's generated inputs (results/{scale}/paper/numbers.tex and setup.tex) from
-the experiments' aggregated tables (results/{scale}/tables/). By hand, from the repository root,
+the experiments' aggregated tables (results/{scale}/tables/), and the claims table as files
+(results/{scale}/claims.md and claims.csv). By hand, from the repository root,
 once the scale's tables are built (e.g. by `snakemake results/demo/tables/cells.csv`):
 
     paper_numbers.py [--scale NAME] [--out-dir results/{scale}/paper]"""
@@ -14,7 +15,7 @@ if "snakemake" in globals():
     with job_log(sm):
         exps = list(sm.params.meta["experiments"])
         write_paper_inputs(sm.params.meta, dict(zip(exps, sm.input.best)), dict(zip(exps, sm.input.cells)),
-                           sm.output.numbers, sm.output.setup, sm.input.tex)
+                           sm.output.numbers, sm.output.setup, sm.input.tex, (sm.output.claims_md, sm.output.claims_csv))
         print(f"{len(exps)} experiments ({', '.join(exps)})")
 elif __name__ == "__main__":
     import yaml
@@ -24,7 +25,8 @@ elif __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="config.yaml")
     ap.add_argument("--scale", help="default: the config's scale")
-    ap.add_argument("--out-dir", help="default: results/{scale}/paper, where the workflow writes them")
+    ap.add_argument("--out-dir", help="default: results/{scale}/paper, where the workflow writes them (the claims' "
+                                      "files one folder up)")
     a = ap.parse_args()
     config = yaml.safe_load(open(a.config))
     grid = load_grid(config, a.scale)
@@ -32,6 +34,8 @@ elif __name__ == "__main__":
     exps = list(meta["experiments"])
     out = a.out_dir or f"{grid.out}/paper"
     # the tables of this scale, where the workflow writes them (GRID.tables: cells, best)
+    claims = (f"{out}/../claims.md", f"{out}/../claims.csv")
     write_paper_inputs(meta, {e: grid.tables(e)[1] for e in exps}, {e: grid.tables(e)[0] for e in exps},
-                       f"{out}/numbers.tex", f"{out}/setup.tex")
-    print(f"wrote {out}/numbers.tex and setup.tex from {grid.out}/tables/ ({len(exps)} experiments)")
+                       f"{out}/numbers.tex", f"{out}/setup.tex", claims_out=claims)
+    print(f"wrote {out}/numbers.tex, setup.tex and {out}/../claims.{{md,csv}} from {grid.out}/tables/ "
+          f"({len(exps)} experiments)")

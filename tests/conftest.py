@@ -24,7 +24,7 @@ def config_models():
 # ---------------------------------------------------------------- where the suite's time goes
 # Under pytest-xdist the controller sums each worker's test time (setup, call and teardown), and
 # prints it with the test files that took longest: how evenly `make test` spreads its work, and
-# where its minutes go (docs/tests.md).
+# where its minutes go (docs/reference/tests.md).
 _busy: Counter[str] = Counter()  # worker -> seconds
 _files: Counter[str] = Counter()  # test file -> seconds
 

@@ -1,6 +1,9 @@
 """The docs name today's code (issue 32): every module, file, function and variable that README.md
-and docs/*.md name in backticks exists where they say, so that a move of code cannot leave the
-docs behind. What counts as a name of code (each checked without importing anything):
+and the pages under docs/ name in backticks exists where they say, so that a move of code cannot
+leave the docs behind. And (issue 56) every relative link of README.md, CHANGELOG.md and docs/
+resolves, to the heading its anchor names; the README, the guides, the reference and the results
+pages name no commit; the paper scale's budget they quote is the cost report's. What counts as a
+name of code (each checked without importing anything):
 
 * a path of the repository (``src/arrepro/train/server.py``, ``workflow/rules/``, a glob), or of
   the package (``train/server.py``, ``config/paths.py``), or a file's name alone (``rounds.py``,
@@ -25,7 +28,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "arrepro"
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# every page whose relative links must resolve
+MARKDOWN = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# the pages that state what is true now: no commit hashes (history goes to CHANGELOG.md and docs/history/)
+CURRENT = [ROOT / "README.md", *sorted(p for part in ("guides", "reference", "results")
+                                       for p in (ROOT / "docs" / part).rglob("*.md"))]
 LIBRARIES = {"torch", "nn", "F", "np", "numpy", "pd", "pandas", "numba", "triton", "snakemake", "os", "sys", "json",
              "hashlib", "ast", "yaml", "jsonschema", "scipy", "math"}
 # file extensions of names that are files, not code (outputs, data, configs, libraries)
@@ -38,16 +46,21 @@ PATH_ROOTS = [ROOT, ROOT / "src", PACKAGE, ROOT / "workflow" / "rules", ROOT / "
 NAME_ROOTS = [PACKAGE, ROOT / "scripts", ROOT / "bench", ROOT / "tests", ROOT / "workflow", ROOT / "envs", ROOT]
 
 
-def inline_code(text: str) -> list[tuple[int, str]]:
-    """(line, text) of every inline code span outside fenced blocks."""
+def outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every line outside fenced blocks."""
     out, fenced = [], False
     for n, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
             continue
         if not fenced:
-            out += [(n, m) for m in re.findall(r"`([^`\n]+)`", line)]
+            out.append((n, line))
     return out
+
+
+def inline_code(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every inline code span outside fenced blocks."""
+    return [(n, m) for n, line in outside_fences(text) for m in re.findall(r"`([^`\n]+)`", line)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -268,3 +281,167 @@ def test_every_name_of_code_in_the_sources_docstrings_exists():
     stale = [f"{f.relative_to(ROOT)}:{line}: ``{token}``: {why}" for f, line, token in named_in_code()
              if (why := problem(token, strict=False))]
     assert not stale, "docstrings name code that is not there:\n" + "\n".join(stale)
+
+
+# --------------------------------------------------------------------------- links (issue 56)
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def prose(text: str) -> str:
+    """``text`` with its fenced blocks emptied and its inline code spans blanked, line for line (no link
+    is in code; a link's text may run over two lines)."""
+    kept = dict(outside_fences(text))
+    return "\n".join(re.sub(r"`[^`\n]*`", "``", kept[n]) if n in kept else ""
+                     for n in range(1, len(text.splitlines()) + 1))
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: code marks and links' targets dropped, lower case, every
+    character but letters, digits, spaces, hyphens and underscores removed, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.replace("`", ""))
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+@functools.lru_cache(maxsize=None)
+def anchors(path: Path) -> frozenset[str]:
+    """The anchors of a markdown file's headings (a repeated one gets -1, -2, ... as on GitHub)."""
+    seen: dict[str, int] = {}
+    out = set()
+    for _, line in outside_fences(path.read_text()):
+        m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return frozenset(out)
+
+
+def link_problems(text: str, page: Path) -> list[str]:
+    """Why each relative link of ``text`` (the page ``page``) does not resolve: a file or folder that
+    is not there, or an anchor no heading of its target makes. Links to a URL are not checked."""
+    out, text = [], prose(text)
+    for m in LINK.finditer(text):
+        target, n = m.group(1), text.count("\n", 0, m.start()) + 1
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # https:, mailto:: not a file of this tree
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        where = f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name}:{n}: ({target})"
+        if not dest.exists():
+            out.append(f"{where}: no file or folder {path}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            out.append(f"{where}: {dest.name} has no heading #{anchor}")
+    return out
+
+
+def test_every_relative_link_resolves():
+    bad = [p for page in MARKDOWN for p in link_problems(page.read_text(), page)]
+    assert not bad, "links that lead nowhere:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[the GPU](#on-a-gpu)", "has no heading #on-a-gpu"),
+    ("see [Pinned CPU\nnumerics](#pinned-cpu-numerics)", "has no heading #pinned-cpu-numerics"),
+    ("see [a page](no_such_page.md)", "no file or folder no_such_page.md"),
+    ("![a figure](img/none.png)", "no file or folder img/none.png"),
+    ("[protocol](reference/protocol.md#no-such-section)", "protocol.md has no heading #no-such-section"),
+    ("[protocol](reference/protocol.md#the-rule)", None),
+    ("[config](reference/protocol.md#in-configyaml)", None),
+    ("[history](history/)", None),
+    ("[here](#a-heading)\n\n## A heading", None),
+    ("[the paper](https://arxiv.org/abs/2508.19029)", None),
+    ("`[not a link](nowhere.md)`", None),
+    ("```\n[not a link](nowhere.md)\n```", None),
+])
+def test_the_link_check_sees_a_broken_link(tmp_path, text, problem):
+    """Run on a page of its own beside the real docs' folders (docs/models.md's three anchors to
+    headings of other pages were such links)."""
+    page = ROOT / "docs" / "test-links-page.md"
+    try:
+        page.write_text(text + "\n")
+        anchors.cache_clear()
+        found = link_problems(text, page)
+    finally:
+        page.unlink()
+        anchors.cache_clear()
+    assert (problem is None and not found) or (problem is not None and any(problem in f for f in found)), found
+
+
+# --------------------------------------------------------------------------- commit hashes (issue 56)
+COMMIT = re.compile(r"(?<![\w.@-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])")
+
+
+def commit_hashes(text: str) -> list[str]:
+    """What reads as a commit hash: 7 to 40 hexadecimal digits, letters and digits both, a word of its own;
+    not another project's code cited at a commit (``zoology@0bb9665``: a source's version, not this project's)."""
+    return COMMIT.findall(text)
+
+
+def test_the_readme_the_guides_and_the_reference_name_no_commit():
+    """They state what is true now; which commit measured what is history (CHANGELOG.md, docs/history/)."""
+    bad = [f"{page.relative_to(ROOT)}:{n}: {h}" for page in CURRENT
+           for n, line in enumerate(page.read_text().splitlines(), 1) for h in commit_hashes(line)]
+    assert not bad, "commit hashes in the README, a guide or a reference page:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("text, hashes", [
+    ("measured at ff20d92, alone", ["ff20d92"]),
+    ("(the demo of 1e935dd)", ["1e935dd"]),
+    ("commit 845f464.", ["845f464"]),
+    ("lr 1e-3 to 3.16e-2, 0.75073 decades", []),
+    ("Zoology's init (HazyResearch/zoology@0bb9665, zoology/model.py:81)", []),
+    ("a sha256 of 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", []),
+    ("results/data/mqar-L8-K2-V16-fd829f/test.npz, lr0.01-s0, decade", []),
+])
+def test_the_hash_check_sees_a_commit(text, hashes):
+    assert commit_hashes(text) == hashes
+
+
+# --------------------------------------------------------------------------- the budget the pages quote (issue 56)
+def test_the_paper_budget_the_pages_quote_is_the_cost_reports():
+    """The paper scale's cells and GPU-hours that the README and the reference pages quote are what
+    `python -m arrepro.cluster.budget paper` computes now (the literal grid was 21,890 cells in some
+    pages and 21,690 in others)."""
+    from arrepro.cluster import budget
+    from arrepro.config.grid import Grid
+
+    grid = Grid(yaml.safe_load((ROOT / "config.yaml").read_text()), "paper")
+    pp = budget.protocol_plan(grid)
+    one, four = (budget.plan(grid, grid.all_cells(), n) for n in (1, 4))
+    f = lambda x: f"{round(x):,}"  # noqa: E731 - as the pages write a count
+    k = pp["by_kind"]
+    cover = next(v for name, v in k.items() if name.startswith("cover"))
+    searches = (pp["cells_max"] - cover["cells_max"], pp["gpu_hours_estimated_max"] - cover["gpu_hours_estimated_max"])
+    row = lambda kind: (f"| {k[kind]['settings']} | {f(k[kind]['cells_round0'])} | {f(k[kind]['cells_max'])} | "  # noqa: E731
+                        f"{f(k[kind]['gpu_hours_estimated_max'])} |")
+    quoted = {
+        "docs/reference/protocol.md": [
+            f"({f(pp['cells_fixed_grid'])} cells at the paper scale",
+            row("search on 1 seed(s)"), row("search on 1 seed(s), window"), row("search on every seed, window"),
+            row("fixed grid, 1 seed(s)"),
+            f"| {pp['searches']} | {f(pp['cells_round0'])} | {f(searches[0])} | {f(searches[1])} |",
+            f"| | | {f(cover['cells_max'])} | {f(cover['gpu_hours_estimated_max'])} |",
+            f"| {pp['searches']} | {f(pp['cells_round0'])} | **{f(pp['cells_max'])}** | **{f(pp['gpu_hours_estimated_max'])}** |",
+            f"| | | {f(pp['cells_fixed_grid'])} | {f(pp['gpu_hours_estimated_fixed_grid'])} |",
+            f"**{pp['ratio_gpu_hours_to_fixed_grid']:.2f} of its GPU-hours**",
+            f"{f(pp['gpu_hours_estimated_fixed_grid'])} GPU-hours for {f(pp['cells_fixed_grid'])} cells"],
+        "docs/reference/workflow.md": [
+            f"**{f(pp['cells_round0'])} cells**", f"at most {f(searches[0])} cells\nand {f(searches[1])} estimated GPU-hours",
+            f"at most {f(cover['cells_max'])} more and {f(cover['gpu_hours_estimated_max'])} GPU-hours",
+            f"**{f(pp['cells_max'])} cells and\n{f(pp['gpu_hours_estimated_max'])} GPU-hours in all** "
+            f"({f(pp['gpu_hours_requested_max'])} requested",
+            f"is {f(pp['cells_fixed_grid'])}\ncells and {f(pp['gpu_hours_estimated_fixed_grid'])} estimated GPU-hours"],
+        "docs/reference/cluster.md": [
+            f"literal grid's {f(one['cells'])} cells", f"1 per GPU, {f(one['train_jobs'])} training jobs, {f(one['requested_hours'])}",
+            f"GPU-hours requested, {f(one['estimated_gpu_hours'])} estimated, {f(one['grouped_gpu_hours'])} of them small cells",
+            f"4 per GPU, {f(four['train_jobs'])} jobs, {f(four['requested_hours'])}",
+            f"for the small cells {f(four['grouped_gpu_hours'])} GPU-hours", f"or {f(four['grouped_gpu_hours_mps'])} if their kernels overlap"],
+        "README.md": [
+            f"at most {f(pp['cells_max'])} cells and {f(pp['gpu_hours_estimated_max'])} estimated GPU-hours, "
+            f"{pp['ratio_gpu_hours_to_fixed_grid']:.2f} of the\nliteral grid's {f(pp['gpu_hours_estimated_fixed_grid'])} "
+            f"({f(pp['cells_fixed_grid'])} cells"],
+    }
+    missing = [f"{page}: {text!r}" for page, texts in quoted.items() for text in texts
+               if text not in re.sub(r"[ \t]*\n[ \t]*", "\n", (ROOT / page).read_text())]
+    assert not missing, "the pages quote another budget than the cost report's:\n" + "\n".join(missing)

@@ -84,10 +84,10 @@ def test_every_choice_names_a_setting_of_the_tables():
 
 
 def test_the_readme_shows_the_current_tables():
-    page = (ROOT / "docs" / "fidelity.md").read_text()
-    assert fidelity.markdown(CONFIG) in page, "docs/fidelity.md's table is stale: python -m arrepro.report.fidelity"
+    page = (ROOT / "docs" / "reference" / "fidelity.md").read_text()
+    assert fidelity.markdown(CONFIG) in page, "docs/reference/fidelity.md's table is stale: python -m arrepro.report.fidelity"
     assert fidelity_built.markdown(CONFIG, built()) in page, \
-        "docs/fidelity.md's built-model table is stale: python -m arrepro.report.fidelity_built"
+        "docs/reference/fidelity.md's built-model table is stale: python -m arrepro.report.fidelity_built"
 
 
 def test_what_the_code_builds_is_the_sources_or_a_stated_choice():

@@ -1,5 +1,5 @@
 """The layout shows the architecture: one package a stage, imports only in the direction data
-flows (base -> config -> search -> train -> report -> cluster), no import circle, docs/layout.md
+flows (base -> config -> search -> train -> report -> cluster), no import circle, docs/reference/layout.md
 naming every module, rule file and rule script and nothing else, a README that is a guide."""
 import ast
 import re
@@ -56,7 +56,7 @@ def import_edges(mods: dict[str, Path]) -> set[tuple[str, str]]:
 
 def stage(mod: str) -> str:
     top = mod.split(".")[1]
-    assert top in STAGE_OF, f"{mod}: a module outside every stage (tests/test_layout.py STAGE_OF, docs/layout.md)"
+    assert top in STAGE_OF, f"{mod}: a module outside every stage (tests/test_layout.py STAGE_OF, docs/reference/layout.md)"
     return STAGE_OF[top]
 
 
@@ -144,7 +144,7 @@ def test_rule_files_hold_rules_and_little_python():
 
 
 def layout() -> str:
-    return (ROOT / "docs/layout.md").read_text()
+    return (ROOT / "docs/reference/layout.md").read_text()
 
 
 def test_the_layout_names_every_module_rule_file_and_rule_script():
@@ -156,16 +156,23 @@ def test_the_layout_names_every_module_rule_file_and_rule_script():
     scripts = {m for m in re.findall(r"scripts/(\w+\.py)", "\n".join(
         p.read_text() for p in (ROOT / "workflow/rules").glob("*.smk")))}
     missing = sorted((mods | rules | scripts) - named - {Path(n).name for n in named})
-    assert not missing, f"docs/layout.md does not name {missing}"
+    assert not missing, f"docs/reference/layout.md does not name {missing}"
     for n in named:  # and everything it names exists
         where = [ROOT / d / n for d in ("", "src/arrepro", "workflow/rules", "scripts", "bench")]
-        assert any(p.exists() or list(p.parent.glob(p.name)) for p in where), f"docs/layout.md names {n}, not in the tree"
+        assert any(p.exists() or list(p.parent.glob(p.name)) for p in where), f"docs/reference/layout.md names {n}, not in the tree"
 
 
 def test_the_readme_is_a_guide_that_links_every_docs_page():
+    """A guide (issue 56): at most about 800 words, the two commands, the time and CORES on its first
+    screen, and a map of the docs: every guide, reference and results page, the history's index."""
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) < 200
-    for page in (ROOT / "docs").glob("*.md"):
-        assert f"docs/{page.name}" in readme, f"README does not link docs/{page.name}"
-    for link in re.findall(r"\]\((docs/[\w.-]+)\)", readme):
+    assert len(readme.splitlines()) < 200 and len(readme.split()) <= 800, len(readme.split())
+    pages = [p for part in ("guides", "reference", "results") for p in (ROOT / "docs" / part).glob("*.md")]
+    assert len(pages) >= 15
+    for page in [*pages, ROOT / "docs/history/README.md"]:
+        rel = page.relative_to(ROOT).as_posix()
+        assert f"]({rel})" in readme, f"README does not link {rel}"
+    for link in re.findall(r"\]\((docs/[\w./-]+\.md)\)", readme):
         assert (ROOT / link).exists(), link
+    first_screen = "\n".join(readme.splitlines()[:40])
+    assert all(t in first_screen for t in ("make demo", "make test", "Time", "CORES=")), first_screen

@@ -307,3 +307,40 @@ def test_the_numbers_read_as_written(tmp_path, config, scale):
     text = " ".join(values)
     assert not bad_text(text), "\n".join(bad_text(text))
     assert not re.search(r"[^\x00-\x7f]", text)  # (a raw '±' needs TS1 fonts, which stop pdflatex)
+
+
+def test_the_claims_files_hold_the_pdfs_claims_rows(tmp_path, config):
+    """claims.md and claims.csv beside the PDF (issue 56): the same rows as the PDF's claims table
+    (\\ClaimRows in numbers.tex), in its order, with the verdicts, what was compared, each 95%
+    interval it quotes and, for an inconclusive row, why; claims.csv loads in pandas."""
+    from arrepro.report.tex import tex_escape
+
+    grid = Grid(config, "demo")
+    best_csvs, cells_csvs = {}, {}
+    for exp in grid.experiments:
+        cells = fabricate_cells(grid, exp, np.random.default_rng(0))
+        cells.to_csv(cells_csvs.setdefault(exp, tmp_path / f"{exp}_cells.csv"), index=False)
+        best_table(cells, grid.metric(exp)).to_csv(best_csvs.setdefault(exp, tmp_path / f"{exp}_best.csv"), index=False)
+    md, csv = tmp_path / "claims.md", tmp_path / "claims.csv"
+    write_paper_inputs(grid_meta(grid, config), best_csvs, cells_csvs, tmp_path / "numbers.tex", tmp_path / "setup.tex",
+                       claims_out=(md, csv))
+    numbers = (tmp_path / "numbers.tex").read_text()
+    body = numbers.split("\\newcommand{\\ClaimRows}{", 1)[1].split("}\n\\arset", 1)[0]
+    pdf_rows = [[c.strip() for c in line.removesuffix("\\\\").split(" & ")] for line in body.strip().splitlines()]
+    table = pd.read_csv(csv, keep_default_na=False)
+    assert list(table.columns) == ["id", "experiment", "claim", "verdict", "compared", "interval", "reason"]
+    assert len(table) == len(pdf_rows) >= 10
+    assert [[tex_escape(r.experiment), tex_escape(r.claim), tex_escape(r.compared), r.verdict]
+            for r in table.itertuples()] == pdf_rows
+    assert set(table["verdict"]) <= {"consistent", "contradicted", "inconclusive"}
+    for r in table.itertuples():
+        assert (r.reason != "") == (r.verdict == "inconclusive"), (r.id, r.verdict, r.reason)
+        assert r.interval.count(" to ") == r.compared.count("% interval "), (r.id, r.interval, r.compared)
+    interval_rows = table[table["interval"] != ""]
+    assert len(interval_rows) and all(f"interval {i.split('; ')[0]}" in c
+                                      for i, c in zip(interval_rows["interval"], interval_rows["compared"]))
+    text = md.read_text()
+    assert sum(line.startswith("| ") for line in text.splitlines()) == len(table) + 1  # the header and a row each
+    for r in table.itertuples():
+        assert f"| {r.experiment} | {r.claim.replace('|', chr(92) + '|')} | **{r.verdict}** |" in text
+    assert "This scale tests" in text and "The rules every verdict follows" in text

@@ -56,3 +56,33 @@ def test_make_demo_checks_the_tools_before_the_workflow():
     check = next(i for i, x in enumerate(lines) if "-m arrepro.cluster.tools --install" in x)
     run = next(i for i, x in enumerate(lines) if x.startswith("snakemake"))
     assert check < run
+
+
+def make_dry(*args, env=None) -> list[str]:
+    p = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()
+
+
+def test_make_demo_uses_every_core_unless_told(tmp_path):
+    """`make demo` on every core of the machine (each training cell one core), `CORES=N` wins (issue 56):
+    here, and on a machine of 7 cores (an `nproc` that says 7 first on PATH)."""
+    def run(*args, env=None):
+        return [x for x in make_dry("-o", ".venv/.installed", "demo", *args, env=env) if x.startswith("snakemake")]
+
+    assert run() == [f"snakemake --cores {len(os.sched_getaffinity(0))} --rerun-incomplete --keep-going "
+                     "--show-failed-logs all"]
+    (tmp_path / "nproc").write_text("#!/bin/sh\necho 7\n")
+    (tmp_path / "nproc").chmod(0o755)
+    seven = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    assert run(env=seven)[0].startswith("snakemake --cores 7 ")
+    assert run("CORES=3", env=seven)[0].startswith("snakemake --cores 3 ")
+
+
+def test_torch_comes_from_the_index_the_user_names():
+    """An unpinned index serves PyPI's torch (the CUDA build); TORCH_INDEX asks for another's (the CPU build)."""
+    plain = [x for x in make_dry("-B", ".venv/.installed") if "install -q torch" in x]
+    assert plain == [".venv/bin/python -m pip install -q torch==2.13.0 "] or plain == [
+        ".venv/bin/python -m pip install -q torch==2.13.0"]
+    asked = [x for x in make_dry("-B", ".venv/.installed", "TORCH_INDEX=https://example.org/whl/cpu") if "install -q torch" in x]
+    assert asked == [".venv/bin/python -m pip install -q torch==2.13.0 --index-url https://example.org/whl/cpu"]

@@ -283,6 +283,26 @@ def test_bad_config_stops_before_any_job_and_names_the_key(tmp_path, edit, key):
     assert "Job stats" not in p.stdout
 
 
+def test_a_finished_run_reports_its_cost_and_writes_its_claims(done):
+    """The run's own records (issue 56): every cell's CPU-seconds from its job.log, the critical path
+    through the search's rounds (a round's cells after the plan that asked for them); claims.md and
+    claims.csv beside the paper's numbers (the tiny scale judges none of the paper's claims)."""
+    import pandas as pd
+
+    from arrepro.cluster import runcost
+
+    r = runcost.report(done, "tiny")
+    logs = sorted((done / "results/cells").rglob("job.log"))
+    assert r["cells"] == len(logs) > 0 and r["cells_without_cpu"] == 0
+    assert r["cells_cpu_seconds"] == pytest.approx(sum(runcost.cell_cpu(log) for log in logs))
+    rules = [p["rule"] for p in r["critical_path"]]
+    assert any(a == "search_round" and "train" in rules[i + 1:] for i, a in enumerate(rules)), rules
+    assert 0 < r["critical_path_seconds"] <= r["total_seconds"]
+    claims = pd.read_csv(done / "results/tiny/claims.csv")
+    assert list(claims.columns) == ["id", "experiment", "claim", "verdict", "compared", "interval", "reason"]
+    assert claims.empty and "This scale tests none of the paper's" in (done / "results/tiny/claims.md").read_text()
+
+
 def test_every_scale_plans(tmp_path):
     """Every scale plans; the paper scale's job count is the README's (issue 24: it said 2,886)."""
     wd = copy_workflow(tmp_path)
@@ -292,8 +312,8 @@ def test_every_scale_plans(tmp_path):
         if scale == "paper":
             stats = p.stdout.split("Job stats:")[1]
             jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\S+)\s+(\d+)\s*$", stats.split("\n\n")[0], re.M)}
-            said = re.search(r"lists\s+round 0 \(([\d,]+) jobs: ([\d,]+) train", (ROOT / "docs/workflow.md").read_text())
-            assert said, "docs/workflow.md: `snakemake -n all --config scale=paper` lists round 0 (N jobs: M train, ...)"
+            said = re.search(r"lists\s+round 0 \(([\d,]+) jobs: ([\d,]+) train", (ROOT / "docs/reference/workflow.md").read_text())
+            assert said, "docs/reference/workflow.md: `snakemake -n all --config scale=paper` lists round 0 (N jobs: M train, ...)"
             assert (jobs["total"], jobs["train"]) == tuple(int(x.replace(",", "")) for x in said.groups()), jobs
 
 

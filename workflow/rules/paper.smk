@@ -33,6 +33,9 @@ rule paper_numbers:
     output:
         numbers=f"{OUT}/paper/numbers.tex",
         setup=f"{OUT}/paper/setup.tex",
+        # the claims table's rows as files beside the PDF: to read, diff between runs, load in pandas
+        claims_md=f"{OUT}/claims.md",
+        claims_csv=f"{OUT}/claims.csv",
     input:
         best=expand(rules.aggregate.output.best, exp=EXPERIMENTS),
         cells=expand(rules.aggregate.output.cells, exp=EXPERIMENTS),

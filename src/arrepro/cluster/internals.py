@@ -34,16 +34,21 @@ The rest of the package and the rule files use Snakemake's API only.
   wake included: every job that ends adds a chain of passes, one a second, that never stops, each
   pass over every ready job. In the demo (440 cells, 610 jobs) its main process held 127 threads,
   then 189 five seconds later, and had used 461 CPU-seconds 41 minutes into the run, most of them
-  in those passes (docs/demo.md). ``_schedule_reevaluation`` keeps one timer pending at most: a
+  in those passes (docs/history/demo.md). ``_schedule_reevaluation`` keeps one timer pending at most: a
   pass within the timespan after any pass, as Snakemake intends, and no more.
+* ``recorded_jobs``: the jobs a finished run recorded (Snakemake's file persistence,
+  ``.snakemake/metadata``), read by the run's cost report (arrepro.cluster.runcost).
 """
 from __future__ import annotations
 
+import base64
 import inspect
+import json
 import os
 import sys
 import threading
 from collections import defaultdict
+from pathlib import Path
 
 from arrepro.train import runfile
 
@@ -215,3 +220,34 @@ def install_one_reevaluation() -> bool:
 
     return _install(JobScheduler, "_schedule_reevalutation", _schedule_reevaluation,
                     "the scheduler's fix: every pass starts another chain of re-evaluations, as Snakemake does")
+
+
+METADATA = Path(".snakemake") / "metadata"
+
+
+def recorded_jobs(workdir) -> list[dict]:
+    """Every output file Snakemake recorded as made in ``workdir``, with the job that made it:
+    ``{"output", "rule", "input", "log", "starttime", "endtime", "job_hash"}`` (start and end in
+    seconds since the epoch). Snakemake 9's file persistence keeps one JSON record per output
+    under ``.snakemake/metadata``, named by the output's path in URL-safe base64, cut into parts
+    of at most NAME_MAX - 1 characters, every part but the last prefixed with "@"
+    (snakemake/persistence/file.py, ``_record_path``). A record that does not parse, or is
+    incomplete, is left out (Snakemake ignores those too)."""
+    checked("the run's cost report reads its job records")
+    root = Path(workdir) / METADATA
+    out = []
+    for path in sorted(root.rglob("*")) if root.is_dir() else ():
+        if not path.is_file():
+            continue
+        parts = path.relative_to(root).parts
+        try:
+            output = base64.urlsafe_b64decode("".join(p.removeprefix("@") for p in parts)).decode()
+            record = json.loads(path.read_text())
+        except (ValueError, OSError):
+            continue
+        if not isinstance(record, dict) or record.get("incomplete") or record.get("rule") is None:
+            continue
+        out.append({"output": output, "rule": record["rule"], "input": list(record.get("input") or ()),
+                    "log": list(record.get("log") or ()), "starttime": record.get("starttime"),
+                    "endtime": record.get("endtime"), "job_hash": record.get("job_hash")})
+    return out

@@ -114,7 +114,7 @@ class Kernel:
 
 # the longest sequence Hyena's fused CPU operator takes: its direct long convolution costs L^2 / 2
 # multiply-adds a channel, the FFTs' calls a fixed cost: a Hyena layer's forward and backward, fused
-# against the FFT path, width 64: 0.62 at L 64, 0.74 at 128, 0.90 at 256, 1.20 at 512 (docs/benchmarks.md)
+# against the FFT path, width 64: 0.62 at L 64, 0.74 at 128, 0.90 at 256, 1.20 at 512 (docs/reference/benchmarks.md)
 HYENA_DIRECT_MAX_LEN = 256
 
 KERNELS: dict[str, Kernel] = {

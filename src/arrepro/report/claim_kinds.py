@@ -13,12 +13,18 @@ import numpy as np
 import pandas as pd
 
 from arrepro.report.verdicts import (CONSISTENT, CONTRADICTED, INCONCLUSIVE, PARAM_RATIO, Judgement, Stat,
-                                     combine, compare, compare_why, diff_text, alike_within, tally)
+                                     combine, compare, compare_why, diff_text, alike_within, not_alike, tally,
+                                     undecided)
 from arrepro.search.protocol import Window, wider
 from arrepro.search.thresholds import GOOD, learned_threshold
 from arrepro.report.tex import acc, points
 
 SETTING = ["task", "width", "layers"]
+
+
+def reasons(parts) -> str:
+    """An inconclusive claim's reason from its parts' (each a reason, or "" for a part that decided)."""
+    return "; ".join(dict.fromkeys(p for p in parts if p))
 
 
 def _setting_text(r) -> str:
@@ -59,13 +65,14 @@ def a_beats_b(e, a: str, b: str, layers=None, predicted: bool = False) -> Judgem
     r, sa, sb = max(pairs, key=lambda p: p[1].mean)
     c, why = compare_why(sa, sb, predicted)
     return Judgement(tally(c > 0, c < 0), f"{_setting_text(r)}: {sa.text()} vs {sb.text()} ({diff_text(sa, sb)})"
-                     + (f" ({why}: no evidence)" if why else ""))
+                     + (f" ({why}: no evidence)" if why else ""),
+                     "" if c else f"{_setting_text(r)}: {why or undecided(sa, sb)}")
 
 
 def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
     """Each of ``others`` is alike ``ref``: the interval on their difference within +-MIN_DIFF
     (where one of the two has learned)."""
-    found, parts, verdicts = False, [], []
+    found, parts, verdicts, why_not = False, [], [], []
     for o in others:
         pairs = paired(e, o, ref, layers=layers)
         if not pairs:
@@ -81,16 +88,18 @@ def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
             verdicts.append(CONSISTENT)
         else:
             verdicts.append(INCONCLUSIVE)
+            why_not.append(f"{_setting_text(r)}: {why or not_alike(so, sr)}")
     if not found:
         return None
-    return Judgement(combine(verdicts), "; ".join(parts))
+    return Judgement(combine(verdicts), "; ".join(parts), reasons(why_not))
 
 
 def all_of(parts: list[Judgement | None]) -> Judgement | None:
     """A claim made of several: contradicted if one is, consistent if all are."""
     if any(p is None for p in parts):
         return None
-    return Judgement(combine([p.verdict for p in parts]), "; ".join(p.compared for p in parts))
+    return Judgement(combine([p.verdict for p in parts]), "; ".join(p.compared for p in parts),
+                     reasons(p.reason for p in parts if p.verdict == INCONCLUSIVE))
 
 
 def window_of(row) -> Window:
@@ -107,7 +116,7 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
     ra = e.rows(a)
     if ra.empty:
         return None
-    parts, vs = [], []
+    parts, vs, why_not = [], [], []
     for b in others:
         rb = e.rows(b)
         m = ra.merge(rb, on=SETTING, suffixes=("", "_b"))
@@ -122,11 +131,15 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
             ups, downs = ups + (c > 0), downs + (c < 0)
             shown.append(f"{_setting_text(r)}: {wa.short()} vs {wb.short()}")
         vs.append(tally(ups, downs))
+        if ups == downs:
+            why_not.append(f"{a} vs {b}: " + (f"wider in as many settings as narrower ({ups})" if ups else
+                                              "in no setting is one window's narrowest possible width beyond the "
+                                              "other's widest"))
         parts.append(f"{a} vs {b}, {len(m)} setting{'s' if len(m) != 1 else ''}: {a}'s window wider in {ups}, narrower in {downs}, "
                      f"undecided in {len(m) - ups - downs} ({'; '.join(shown[:3])}{'; ...' if len(shown) > 3 else ''})")
     if not vs:
         return None
-    return Judgement(combine(vs), "; ".join(parts))
+    return Judgement(combine(vs), "; ".join(parts), reasons(why_not))
 
 
 def wide_beats_deep(e, model: str, predicted: bool = False) -> Judgement | None:
@@ -135,7 +148,7 @@ def wide_beats_deep(e, model: str, predicted: bool = False) -> Judgement | None:
     ``predicted``: the claim predicts that the deeper one fails outright (``failure_counts``)."""
     r = e.rows(model)
     ups = downs = 0
-    parts = []
+    parts, why_not = [], []
     for _, g in r.groupby("task"):
         rows = list(g.itertuples(index=False))
         for x in rows:
@@ -147,15 +160,17 @@ def wide_beats_deep(e, model: str, predicted: bool = False) -> Judgement | None:
                 sx, sy = stat(e, pd.Series(x._asdict()), f"{x.layers}×{x.width}"), stat(e, pd.Series(y._asdict()), f"{y.layers}×{y.width}")
                 c, why = compare_why(sx, sy, predicted)
                 ups, downs = ups + (c > 0), downs + (c < 0)
+                why_not.append("" if c else f"{x.task_name}: {why or undecided(sx, sy)}")
                 parts.append(f"{x.task_name} {sx.text()} vs {sy.text()} "
                              f"({x.parameters / 1e6:.3g}M vs {y.parameters / 1e6:.3g}M params)" + (f" ({why}: no evidence)" if why else ""))
     if not parts:
         if r.drop_duplicates(["width", "layers"]).shape[0] < 2:
             return None
-        return Judgement(INCONCLUSIVE, f"{model}: no wider-and-shallower configuration within a factor "
-                                       f"{PARAM_RATIO:g} of a deeper one's parameter count")
+        nothing = (f"{model}: no wider-and-shallower configuration within a factor {PARAM_RATIO:g} of a deeper "
+                   "one's parameter count")
+        return Judgement(INCONCLUSIVE, nothing, nothing)
     return Judgement(tally(ups, downs), f"{model}, wider first: " + "; ".join(parts)
-                     + f" (wider wins {ups}, deeper wins {downs})")
+                     + f" (wider wins {ups}, deeper wins {downs})", "" if ups != downs else reasons(why_not))
 
 
 def grows_with(e, axis: str, models: list[str] | None = None, family: str | None = None,
@@ -168,7 +183,7 @@ def grows_with(e, axis: str, models: list[str] | None = None, family: str | None
         r = r[[e.card(m).family == family for m in r["model"]]]
     other = "layers" if axis == "width" else "width"
     ups = downs = 0
-    parts = []
+    parts, why_not = [], []
     for key, g in r.groupby(["model", "task", other]):
         if g[axis].nunique() < 2:
             continue
@@ -177,10 +192,12 @@ def grows_with(e, axis: str, models: list[str] | None = None, family: str | None
         s_lo, s_hi = stat(e, lo, f"{lo['layers']}×{lo['width']}"), stat(e, hi, f"{hi['layers']}×{hi['width']}")
         c, why = compare_why(s_hi, s_lo, predicted)
         ups, downs = ups + (c > 0), downs + (c < 0)
+        why_not.append("" if c else f"{key[0]} {lo['task_name']}: {why or undecided(s_hi, s_lo)}")
         parts.append(f"{key[0]} {lo['task_name']}: {s_hi.text()} vs {s_lo.text()}" + (f" ({why}: no evidence)" if why else ""))
     if not parts:
         return None
-    return Judgement(tally(ups, downs), "; ".join(parts) + f" (larger wins {ups}, smaller wins {downs})")
+    return Judgement(tally(ups, downs), "; ".join(parts) + f" (larger wins {ups}, smaller wins {downs})",
+                     "" if ups != downs else reasons(why_not))
 
 
 def zoo_name(e, model: str, zoo_models) -> str:
@@ -202,7 +219,9 @@ def fine_grid_helps(e) -> Judgement | None:
     ups, downs = sum(c > 0 for c in cs), sum(c < 0 for c in cs)
     d = float(np.mean([sa.mean - sb.mean for _, sa, sb in pairs]))
     return Judgement(tally(ups, downs), f"{len(pairs)} (model, setting) pairs: fine grid better in {ups}, "
-                                        f"worse in {downs}, mean difference {points(100 * d)} points")
+                                        f"worse in {downs}, mean difference {points(100 * d)} points",
+                     "" if ups != downs else f"the fine grid is conclusively better in as many pairs as worse ({ups})"
+                     if ups else "in no pair is either grid conclusively better")
 
 
 def solves_everywhere(e, model: str, layers=None) -> Judgement | None:
@@ -214,8 +233,10 @@ def solves_everywhere(e, model: str, layers=None) -> Judgement | None:
     worst_row, worst = min(stats, key=lambda p: p[1].mean)
     failed = [s for _, s in stats if not s.learned]
     v = CONTRADICTED if failed else CONSISTENT if all(s.mean >= GOOD for _, s in stats) else INCONCLUSIVE
+    short = sum(s.mean < GOOD for _, s in stats)
     return Judgement(v, f"{len(stats)} setting{'s' if len(stats) != 1 else ''}, {sum(s.mean >= GOOD for _, s in stats)} reach {100 * GOOD:g}%, "
-                        f"{len(failed)} not learned; worst {_setting_text(worst_row)}: {worst.text()}")
+                        f"{len(failed)} not learned; worst {_setting_text(worst_row)}: {worst.text()}",
+                     f"{short} setting{'s' if short != 1 else ''} learned but below {100 * GOOD:g}%" if v == INCONCLUSIVE else "")
 
 
 def fails_where_other_learns(e, weak: str, strong: str, layers=None) -> Judgement | None:
@@ -250,4 +271,4 @@ def pe_alike(e) -> Judgement | None:
         return None
     vs = [p.verdict for p in parts]
     v = CONTRADICTED if CONTRADICTED in vs else CONSISTENT if CONSISTENT in vs else INCONCLUSIVE
-    return Judgement(v, "; ".join(p.compared for p in parts))
+    return Judgement(v, "; ".join(p.compared for p in parts), reasons(p.reason for p in parts) if v == INCONCLUSIVE else "")

@@ -89,18 +89,20 @@ def _judged(fn: Callable, e) -> Judgement | None:
     if j is not None:
         seeds = int(e.best["n_seeds"].min()) if "n_seeds" in e.best.columns else MIN_SEEDS
         if seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
-            j = Judgement(INCONCLUSIVE, f"{j.compared} (on {seeds} seed{'s' if seeds != 1 else ''}, fewer than "
-                                        f"{MIN_SEEDS}: no verdict)")
+            few = f"on {seeds} seed{'s' if seeds != 1 else ''}, fewer than {MIN_SEEDS}"
+            j = Judgement(INCONCLUSIVE, f"{j.compared} ({few}: no verdict)", few)
     return j
 
 
 def judge(results: dict) -> list[dict]:
-    """Every claim whose experiment this scale declares and trains: id, exp, claim, verdict, compared."""
+    """Every claim whose experiment this scale declares and trains: id, exp, claim, verdict, compared and
+    (inconclusive) the reason."""
     rows = []
     for cid, exp, text, fn in CLAIMS:
         j = _judged(fn, results.get(exp))
         if j is not None:
-            rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared})
+            rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared,
+                         "reason": j.reason if j.verdict == INCONCLUSIVE else ""})
     return rows
 
 

@@ -28,7 +28,7 @@ from arrepro.models.init import INIT_STD, is_mamba_block
 ZOOLOGY, JELASSI = "Zoology", "Jelassi"
 WIDTH, MAX_LAYERS = 128, 12  # built at the paper's width 128 (Figs. 1, 13), at most 12 layers
 TOLERANCE = 0.1  # a measured std within 10% of the rule's (thousands of draws: a few per cent of noise)
-ZOO_INIT = "zoology/model.py:81-124 (0bb9665)"
+ZOO_INIT = "zoology@0bb9665 zoology/model.py:81-124"
 MAMBA_INIT = "mamba_ssm/models/mixer_seq_simple.py:51-80 (1.0.1)"
 NEOX_INIT = "transformers gpt_neox/modeling_gpt_neox.py:87-99 (4.37.2)"
 DECAY_SRC = {ZOOLOGY: "zoology/train.py:147-151: AdamW(model.parameters(), weight_decay)",

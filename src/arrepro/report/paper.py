@@ -13,6 +13,8 @@ numbers.tex  - ``\\newcommand`` macros for the run as a whole (``\\ScaleName``, 
                agrees (see ``arrepro.report.claims.CLAIMS``), and ``\\R{claim/ID}`` for each verdict.
 setup.tex    ``\\SetupTables`` and ``\\SetupGrids``: the scale's tasks, recipes and grids, as the
              config declares them.
+claims.md, claims.csv  the claims table's rows (the same ``arrepro.report.claims.judge``) as files a
+             user reads in a terminal, diffs between runs or loads in pandas (arrepro.report.claims_files).
 
 The parts, each in its own module: reading the tables (arrepro.report.results), the results
 and the models in words (arrepro.report.prose: a model is named by its card's label), the setup
@@ -32,6 +34,8 @@ import re
 from pathlib import Path
 
 from arrepro.config import defaults
+from arrepro.report.claims import judge
+from arrepro.report.claims_files import write_claims
 from arrepro.report.lint import check_citations, check_manuscript_keys
 from arrepro.report.results import load_results
 from arrepro.report.setup_text import setup_tex
@@ -39,10 +43,12 @@ from arrepro.report.texkeys import numbers_tex
 
 
 def write_paper_inputs(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[str, str],
-                       numbers_out: str | Path, setup_out: str | Path, manuscript: str | Path = "paper/main.tex") -> None:
+                       numbers_out: str | Path, setup_out: str | Path, manuscript: str | Path = "paper/main.tex",
+                       claims_out: tuple[str | Path, str | Path] | None = None) -> None:
     """``meta``: see ``grid_meta``. Fails, naming the key, when ``manuscript`` reads a key that the
     numbers do not define and that is no known result (``check_manuscript_keys``), or when a model
-    card cites a key the bibliography lacks (``check_citations``)."""
+    card cites a key the bibliography lacks (``check_citations``). ``claims_out``: (claims.md,
+    claims.csv), the claims table's rows as files."""
     results = load_results(meta, best_csvs, cells_csvs)
     text = numbers_tex(meta, results)
     check_manuscript_keys(manuscript, set(re.findall(r"\\arset\{([^{}]*)\}", text)), meta)
@@ -50,6 +56,8 @@ def write_paper_inputs(meta: dict, best_csvs: dict[str, str], cells_csvs: dict[s
     Path(numbers_out).parent.mkdir(parents=True, exist_ok=True)
     Path(numbers_out).write_text(text)
     Path(setup_out).write_text(setup_tex(meta))
+    if claims_out is not None:
+        write_claims(judge(results), meta["scale"], *claims_out)
 
 
 def grid_meta(grid, config: dict) -> dict:

@@ -122,6 +122,32 @@ def alike_within(a: Stat, b: Stat) -> bool:
     return interval(a, b).within(MIN_DIFF)
 
 
+def undecided(a: Stat, b: Stat) -> str:
+    """Why neither of two sides beats the other, by the rules above ("" where one does)."""
+    hi, lo = (a, b) if a.mean >= b.mean else (b, a)
+    iv = interval(hi, lo)
+    if iv.df == 0.0:
+        return "fewer than 2 seeds a side: no interval"
+    if hi.mean - lo.mean <= MIN_DIFF:
+        return f"{hi.label} and {lo.label} differ by {100 * (hi.mean - lo.mean):.1f} points, not more than {100 * MIN_DIFF:g}"
+    if not iv.excludes_zero():
+        return f"the {100 * LEVEL:g}% interval on {hi.label} - {lo.label} includes 0"
+    if not hi.learned:
+        return f"{hi.label} has not learned"
+    return ""
+
+
+def not_alike(a: Stat, b: Stat) -> str:
+    """Why two sides are not shown alike, by the rules above ("" where they are)."""
+    if not (a.learned or b.learned):
+        return f"neither {a.label} nor {b.label} has learned"
+    if alike_within(a, b):
+        return ""
+    iv = interval(a, b)
+    return (f"the {100 * LEVEL:g}% interval on {a.label} - {b.label} ({points(100 * iv.lo)} to {points(100 * iv.hi)} "
+            f"points) is not within ±{100 * MIN_DIFF:g}")
+
+
 def diff_text(a: Stat, b: Stat) -> str:
     """The difference of means and its interval, in points: "+59.0 points, 95% interval +50.2 to +67.8"."""
     iv = interval(a, b)
@@ -173,6 +199,7 @@ def compare(a: Stat, b: Stat, predicted: bool = False, cover: bool = True) -> in
 class Judgement:
     verdict: str
     compared: str  # plain text (the paper escapes it): the models, settings and numbers compared
+    reason: str = ""  # an inconclusive verdict's: why the numbers decide nothing (plain text)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:

@@ -1,7 +1,7 @@
 """The learning-rate protocol checked on real cells: for each setting a scale searches, the literal
 grid's statistic (``lr_protocol: grid``: each grid's ``lrs`` on every seed, the best mean) beside
 the search's (the best candidate's mean over every seed), with the cells each spent and the seed
-spread that a difference must exceed to mean anything (``make protocol-check``; docs/protocol.md quotes
+spread that a difference must exceed to mean anything (``make protocol-check``; docs/reference/protocol.md quotes
 the demo's table). A search that falls short of the literal grid beyond the seed spread fails the
 check (``verdict``: ``make protocol-check`` then exits 1, naming each).
 
@@ -87,7 +87,7 @@ def compare(grid, reports: dict[str, dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict], task_names: dict | None = None) -> str:
-    """The table as docs/protocol.md quotes it."""
+    """The table as docs/reference/protocol.md quotes it."""
     head = ("| setting | search: statistic (lr, cells) | literal grid: statistic (lr, cells) | difference | "
             "within the seed spread |\n|---|---|---|---|---|")
     lines = [head]

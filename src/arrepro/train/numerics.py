@@ -29,7 +29,7 @@ differ when only ``ATEN_CPU_CAPABILITY`` or ``MKL_CBWR`` changes). What decides,
   the same thread, so they obey them too: tests/test_numerics.py checks every build on inputs
   that underflow). Why: an operation on a subnormal takes a slow microcode path, and a cell
   whose numbers underflow (a high learning rate, its loss far above chance) trained 2.6-2.9x
-  slower for it (docs/demo.md, "Subnormal numbers"). ``keep`` is IEEE gradual underflow.
+  slower for it (docs/reference/numerics.md, "Subnormal numbers: flushed"). ``keep`` is IEEE gradual underflow.
 
 ``pin_environment()`` sets the variables (overriding the caller's: the record's ``overridden`` names
 what the caller had set, and train.log says so) and must run before torch's
@@ -160,7 +160,7 @@ def keep_freed_memory() -> bool:
     free). A training step allocates and frees the same buffers of ~0.1-2 MB every step; by default
     glibc maps the larger ones afresh or trims them away, and every first touch of a fresh page is a
     page fault (measured side by side: a Mamba2 step 0.64 of its time, the others unchanged;
-    docs/benchmarks.md). Where the buffers lie changes no result (the
+    docs/reference/benchmarks.md). Where the buffers lie changes no result (the
     kernels' arithmetic does not depend on alignment). False where the C library is not glibc."""
     import ctypes
 

@@ -3,7 +3,7 @@ is ``backbone.Block`` with the ``attention`` mixer (its short convolutions and r
 included; not dropout) and its MLP, in one numba call forward and one backward, instead of some
 60 ATen calls, kernel calls and autograd nodes. At the demo's sizes a block's own operations are a
 fraction of its step: the rest is the calls between them and their buffers leaving the cache
-(docs/benchmarks.md).
+(docs/history/benchmarks.md).
 
 For x (B, L, D), H heads of dh = D / H, rows M = B L:
 

@@ -61,7 +61,7 @@ class Attention(KernelMixer):
         self.rotary_fraction = rotary_fraction
         self.rotary_dims = int(self.dh * rotary_fraction) if rope else 0
         # causal: position t sees t-k+1..t; centred: t-s..t+s, s = (k-1)/2 future steps (the conv
-        # as nn.Conv1d(padding=k//2) computes it, which the paper most likely ran: docs/fidelity.md)
+        # as nn.Conv1d(padding=k//2) computes it, which the paper most likely ran: docs/reference/fidelity.md)
         self.conv_mode = conv_mode
         self.lookahead = layer_lookahead({"conv": conv, "conv_size": conv_size, "conv_mode": conv_mode})
         self.q_proj = nn.Linear(d_model, d_model)
