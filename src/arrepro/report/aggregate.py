@@ -22,7 +22,7 @@ import pandas as pd
 from arrepro.config.cellfiles import RESULT, read_result
 from arrepro.files import read_table, write_table
 from arrepro.data import task_seq_len
-from arrepro.config.grid import Setting
+from arrepro.config.grid import Setting, fmt_lr
 from arrepro.search import cover, protocol
 from arrepro.search.plans import Plan
 from arrepro.search.rounds import window_dict
@@ -62,7 +62,9 @@ def _accuracy(df: pd.DataFrame, metric: str) -> pd.Series:
 
 
 def _lr_list(lrs) -> str:
-    return ";".join(f"{x:.3g}" for x in sorted(lrs))
+    """Learning rates as a table's cell, each exactly (``fmt_lr``: three digits where they are
+    exact, else every digit), so that its readers compare the rates trained (``cover.same_lr``)."""
+    return ";".join(fmt_lr(x) for x in sorted(lrs))
 
 
 def _row(g: pd.DataFrame, metric: str, decision: dict) -> dict:
@@ -152,17 +154,14 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             state = entry["state"]
             if state["phase"] != "done":
                 raise ValueError(f"search {key} is not done ({state['phase']}): its group's plan is not the last round's")
-            points = dict(map(tuple, state["points"]))
             seeds = entry["spec"]["seeds"]
             bound = contender_bound(state, len(seeds))
-            chosen = state["chosen_lr"]
             cover_lrs = sorted({lr for lr, _ in extra})
-            if cover_lrs:  # each on every reported seed: a candidate like the search's own
-                acc = g.assign(acc=_accuracy(g, metric))
-                points |= {lr: float(acc.loc[(acc["lr"] - lr).abs() <= 1e-12 * lr, "acc"].mean()) for lr in cover_lrs}
-                chosen = protocol.best(points)
-            best_rows.append(_row(g, metric, {**_points_decision(points, key, state["outcome"], state["window"], seeds),
-                                              "chosen": chosen, "contenders": len(state["contenders"]),
+            acc = g.assign(acc=_accuracy(g, metric))  # each cover rate on every reported seed: a candidate like the search's own
+            rep = cover.report(entry, {lr: float(acc.loc[acc["lr"] == lr, "acc"].mean()) for lr in cover_lrs})
+            best_rows.append(_row(g, metric, {**_points_decision(rep["points"], key, rep["outcome"], window_dict(rep["window"]),
+                                                                 seeds),
+                                              "chosen": rep["chosen"], "contenders": len(state["contenders"]),
                                               "contender_bound": bound}) | {"cover": _lr_list(cover_lrs)})
     cells = pd.concat(cell_parts, ignore_index=True)
     write_table(cells[["series"] + [c for c in cells.columns if c != "series"]], cells_csv)
