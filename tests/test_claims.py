@@ -467,3 +467,24 @@ def test_the_summary_counts_the_papers_claims_not_its_rows():
     assert text.endswith("consistent with 12, contradict 1 and are inconclusive on 3")
     assert claims_summary(["consistent", "inconclusive"], 2, n_claims) == (
         f"This scale tests 2 of the paper's {n_claims} claims: our results are consistent with 1 and are inconclusive on 1")
+
+
+def test_a_verdict_counts_the_seeds_of_the_rows_it_compares():
+    """Issue 55: judge took the fewest seeds over the whole experiment, so a one-seed row that no
+    claim reads (here a 2-layer Hyena) made every claim of the experiment inconclusive "(on 1
+    seed, fewer than 3: no verdict)". A claim counts the seeds of the rows it compares."""
+    e = results([one("attention", 0.26), one("mamba", 0.93), one("hyena", 0.5, n=2)])
+    e.best.loc[e.best["model"] == "hyena", "n_seeds"] = 1
+    row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
+    assert row["verdict"] == "consistent", row["compared"]
+    e.best.loc[e.best["model"] == "mamba", "n_seeds"] = 2  # a row the claim compares: no verdict
+    row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
+    assert row["verdict"] == "inconclusive" and "(on 2 seeds, fewer than 3: no verdict)" in row["compared"]
+    # every kind of claim says which seeds its rows rest on
+    w = results([one("attention", 0.95, n=2), one("mamba", 0.95, n=2), one("hyena", 0.5, n=2)],
+                [("attention", 64, 2, lr, 0, a) for lr, a in ((1e-3, 0.95), (1e-2, 0.95))]
+                + [("mamba", 64, 2, 1e-3, 0, 0.95)])
+    w.best.loc[w.best["model"] == "hyena", "n_seeds"] = 1
+    assert K.window_wider(w, "attention", ["mamba"]).seeds == 3
+    assert K.window_wider(w, "attention", ["mamba", "hyena"]).seeds == 1
+    assert K.solves_everywhere(w, "attention").seeds == 3

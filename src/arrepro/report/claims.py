@@ -90,9 +90,9 @@ def judge(results: dict) -> list[dict]:
             continue
         j = fn(e)
         if j is not None:
-            seeds = int(e.best["n_seeds"].min()) if "n_seeds" in e.best.columns else MIN_SEEDS
-            if seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
+            seeds = j.seeds  # the rows the claim compares, not the experiment's other rows
+            if seeds is not None and seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
                 j = Judgement(INCONCLUSIVE, f"{j.compared} (on {seeds} seed{'s' if seeds != 1 else ''}, fewer than "
-                                            f"{MIN_SEEDS}: no verdict)")
+                                            f"{MIN_SEEDS}: no verdict)", seeds)
             rows.append({"id": cid, "exp": exp, "claim": text, "verdict": j.verdict, "compared": j.compared})
     return rows

@@ -173,10 +173,19 @@ def compare(a: Stat, b: Stat, predicted: bool = False, cover: bool = True) -> in
 class Judgement:
     verdict: str
     compared: str  # plain text (the paper escapes it): the models, settings and numbers compared
+    seeds: int | None = None  # the fewest seeds of the rows it compared (None: it compared none)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+
+def fewest(counts) -> int | None:
+    """The fewest seeds among ``counts`` (Stats, Judgements, numbers or None), None if none:
+    what a verdict built from them rests on."""
+    ns = [c if isinstance(c, int) else getattr(c, "n", getattr(c, "seeds", None)) for c in counts]
+    ns = [int(n) for n in ns if n is not None]
+    return min(ns) if ns else None
 
 
 def combine(verdicts: list[str]) -> str:
