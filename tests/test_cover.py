@@ -63,6 +63,14 @@ def test_two_rivals_at_one_rate_cover_it_once_and_the_plan_is_deterministic():
     assert cover.plan(dict(reversed(list(entries.items()))), 3) == got
 
 
+def test_a_mean_that_is_not_a_number_is_refused_not_taken_as_learned():
+    """Issue 55: a rival whose mean is NaN passed ``mean < learned`` as learned and its rate was covered."""
+    entries = {"attn": entry("attention", 32, 1, {1e-3: 0.27}, 1e-3),
+               "mamba": entry("mamba", 32, 1, {1e-2: float("nan")}, 1e-2)}
+    with pytest.raises(ValueError, match=r"search of mamba 1x32: its mean at 0.01 is nan, not a number"):
+        cover.plan(entries, 3)
+
+
 def test_the_cover_file_is_sealed_and_a_damaged_one_names_itself(tmp_path):
     class P:
         searches = {"attn": entry("attention", 32, 1, {1e-3: 0.27}, 1e-3),
