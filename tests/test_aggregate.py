@@ -81,3 +81,19 @@ def test_a_rate_trained_on_every_seed_is_the_same_rate_in_the_table_and_the_clai
                 df.assign(cell_dir=range(len(df))), [], {"L64": {"kind": "mqar", "num_kv_pairs": 4}}, cards=cards(models))
     row = next(r for r in claims.judge({"fig3": e}) if r["id"] == "attn1")
     assert row["verdict"] == "consistent", row["compared"]
+
+
+def test_a_windows_gaps_reach_the_best_table_and_the_window_table(tmp_path):
+    """Issue 55: the best table dropped a window's gaps (``Window.gaps``), so a rate inside the window
+    that is not good read as solid in the window table."""
+    from arrepro.report.claim_kinds import window_of
+    from arrepro.report.tables import lr_window
+
+    b = best_over_lr(cells({1e-3: [0.95, 0.96], 3.16e-3: [0.5, 0.6], 1e-2: [0.95, 0.97], 3.16e-2: [0.3, 0.3]}),
+                     learned=0.4375)
+    write_table(b, tmp_path / "best.csv")
+    row = read_best_table(tmp_path / "best.csv").iloc[0]
+    w = window_of(row)
+    assert (w.lo, w.hi, w.gaps) == (1e-3, 1e-2, 1)
+    assert lr_window(read_best_table(tmp_path / "best.csv"))["good LRs"].iloc[0] == "1e-3 - 1e-2, 1 rate inside not good"
+    assert "1 rate inside not good" in w.short()

@@ -30,7 +30,8 @@ from arrepro.search.thresholds import GOOD
 
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
-WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried"]
+WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried",
+          "gaps", "unknown"]  # (Window.from_dict reads them back)
 # the columns every reader of the tables relies on, each with a value on every row (read_*_table)
 CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters", "pinned"]
 BEST_NOT_NULL = GROUP + ["metric", "best_lr", "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",

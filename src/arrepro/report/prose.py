@@ -120,7 +120,7 @@ def window_text(w) -> str:
     if w.lo == w.hi:
         return (f"one good learning rate, {tex_lr(w.lo)} (" +
                 (open_txt if sides else f"at most {w.width_max:.2f} decades") + ")")
-    span = f"{tex_lr(w.lo)} to {tex_lr(w.hi)} good"
+    span = f"{tex_lr(w.lo)} to {tex_lr(w.hi)} good{w.gaps_text()}"
     if sides:
         return f"at least {w.width:.2f} decades ({span}; {open_txt})"
     return f"{w.width:.2f} to {w.width_max:.2f} decades ({span})"
