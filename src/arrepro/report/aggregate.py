@@ -57,8 +57,9 @@ def load_results(paths: list[str | Path], task_names: dict | None = None) -> pd.
     return df[first + [c for c in df.columns if c not in first]].sort_values(CONFIG_KEYS)
 
 
-def _accuracy(df: pd.DataFrame, metric: str) -> pd.Series:
-    """The per-cell number of the statistic; a diverged cell's missing number counts as 0."""
+def cell_accuracy(df: pd.DataFrame, metric: str) -> pd.Series:
+    """The per-cell number of the statistic; a diverged cell counts as 0 (its number, if any, and a
+    missing one too): what the tables, the search and the learning-rate figure count."""
     return df[metric].fillna(0.0).where(~df["diverged"].astype(bool), 0.0)
 
 
@@ -76,7 +77,7 @@ def _row(g: pd.DataFrame, metric: str, decision: dict) -> dict:
     if sorted(at["seed"]) != sorted(seeds):
         raise ValueError(f"search {decision['search']}: the chosen learning rate {decision['chosen']:g} has seeds "
                          f"{sorted(at['seed'])}, not every reported seed {sorted(seeds)}")
-    acc = _accuracy(at, metric)
+    acc = cell_accuracy(at, metric)
     w = decision["window"] or {}
     first = g.iloc[0]
     return {**{k: first[k] for k in GROUP}, "metric": metric, "best_lr": decision["chosen"],
@@ -112,7 +113,7 @@ def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: floa
     """The best table of fixed grids, every learning rate trained on every seed (the search's
     special case, without its plan files): the best mean over seeds, middle of exact ties."""
     rows = []
-    for _, g in df.assign(acc=_accuracy(df, metric)).groupby(GROUP, dropna=False, sort=True):
+    for _, g in df.assign(acc=cell_accuracy(df, metric)).groupby(GROUP, dropna=False, sort=True):
         points = g.groupby("lr")["acc"].mean().to_dict()
         w = protocol.window(points, learned, GOOD if good is None else good, min(points), max(points))
         rows.append(_row(g, metric, _points_decision(points, "fixed", "fixed", window_dict(w), sorted(g["seed"].unique()))))
@@ -158,7 +159,7 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             seeds = entry["spec"]["seeds"]
             bound = contender_bound(state, len(seeds))
             cover_lrs = sorted({lr for lr, _ in extra})
-            acc = g.assign(acc=_accuracy(g, metric))  # each cover rate on every reported seed: a candidate like the search's own
+            acc = g.assign(acc=cell_accuracy(g, metric))  # each cover rate on every reported seed: a candidate like the search's own
             rep = cover.report(entry, {lr: float(acc.loc[acc["lr"] == lr, "acc"].mean()) for lr in cover_lrs})
             best_rows.append(_row(g, metric, {**_points_decision(rep["points"], key, rep["outcome"], window_dict(rep["window"]),
                                                                  seeds),
