@@ -146,3 +146,13 @@ def test_the_demos_search_finds_every_window_its_literal_grid_finds():
                 missed.append((grid, reported(st)))
     assert learns > 100 and len(missed) <= 0.03 * learns, f"{len(missed)} of {learns} windows missed: {missed[:5]}"
     assert {"not learned", "resolved"} <= outcomes  # settings at chance and settings that learn
+
+
+def test_a_curve_without_a_scan_is_refused_naming_the_key(config):
+    """Issue 55: a curve (close: true) without a scan, at chance on its start grid, ended "not learned"
+    after its start cells though a window lay in its range: refused before any job, naming the key."""
+    with pytest.raises(ConfigError, match=r"lr_searches\.tiny\.scan: a curve \(close: true\) needs a scan.*e\.g\. 0\.5"):
+        tiny_searches(config, close=True, search_seeds="all")
+    s = tiny_searches(config, close=True, search_seeds="all", scan=0.5)
+    curves = [x.spec for x in s.searches.values() if x.spec.close]
+    assert curves and all(sp.scan == 0.5 for sp in curves)

@@ -38,7 +38,7 @@ from arrepro.config.grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, sch
 from arrepro.files import UnreadableFile
 from arrepro.search.plans import Plan, write_report
 from arrepro.search.protocol import Round, SearchSpec, SpecError, State, cells_of, decide, state_window
-from arrepro.search.protocol.spec import close_rounds, window_rounds
+from arrepro.search.protocol.spec import close_rounds, start_step, window_rounds
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 PROTOCOLS = ("search", "grid")
@@ -127,6 +127,12 @@ class Searches:
             raise ConfigError(f"{where}.search: unknown search {name!r}; known: {sorted(cfg.get('lr_searches', {}))}")
         d = cfg["lr_searches"][name]
         start = self.grid.lrs({"lrs": d["start"]}, f"{key}.start") if "start" in d else lrs
+        if d.get("close") and not d.get("scan", SEARCH_DEFAULTS["scan"]):
+            step = start_step([float(x) for x in start], float(d.get("resolution", SEARCH_DEFAULTS["resolution"])))
+            raise ConfigError(f"{key}.scan: a curve (close: true) needs a scan: without one, a curve at chance on its "
+                              "start grid ends 'not learned' after its start rates, though a window may lie elsewhere in "
+                              f"its range; give scan (decades: e.g. {step:g}, its start grid's step) and scan_range "
+                              f"(used by {where})")
         n = d.get("search_seeds", SEARCH_DEFAULTS["search_seeds"])
         if n != "all" and n > len(seeds):
             raise ConfigError(f"{key}.search_seeds: {n} is more than the {len(seeds)} seed(s) of {where}")
