@@ -305,8 +305,8 @@ OUTCOMES = {"resolved": "a best resolved to the search's resolution, no learning
             "contenders": "a best resolved, but learning rates the budget left that could still beat it (the tables "
             "count them and give the most they could reach)", "plateau": "a plateau at the top",
             "closed": "a curve closed on both sides (beyond each edge, every seed below the learned threshold)",
-            "range": "a best, or a curve's edge, on a bound of the search's range", "budget": "a best still unresolved when the "
-            "round budget ran out", "not learned": "no learning rate learned", "fixed": "a fixed grid",
+            "range": "a best, or a curve's edge, on a bound of the search's range", "budget": "a best still unresolved, or a scan at "
+            "chance with lattice points untried, when the budget (cells or rounds) ran out", "not learned": "no learning rate learned", "fixed": "a fixed grid",
             "cover": "a best at a learning rate the cover added (a rival's best, trained on every seed after the search)"}
 
 
