@@ -9,9 +9,10 @@ count; ``n_tied_lrs`` says how many tied) with the mean, std, min and max over e
 seed, and says what the number rests on: the candidates (``candidates``), the reported seeds
 (``seeds``), the learning rates tried (``n_lrs``) and cells trained (``n_cells``), the
 contenders the budget left untried (``n_contenders``). A fixed grid trained on every seed is the
-search's special case (every learning rate a candidate). The row also carries the search's
-outcome and the setting's good-LR window (``arrepro.search.protocol.window``: its edges, as the tried
-learning rates bound them).
+search's special case (every learning rate a candidate). The row also carries the outcome and
+the setting's good-LR window (``arrepro.search.protocol.window``: its edges, as the tried learning
+rates bound them, and its gaps), decided from the points it reports: the search's candidates and
+its experiment's cover's rates (``arrepro.search.cover.report``).
 """
 from __future__ import annotations
 
