@@ -97,3 +97,14 @@ def test_a_windows_gaps_reach_the_best_table_and_the_window_table(tmp_path):
     assert (w.lo, w.hi, w.gaps) == (1e-3, 1e-2, 1)
     assert lr_window(read_best_table(tmp_path / "best.csv"))["good LRs"].iloc[0] == "1e-3 - 1e-2, 1 rate inside not good"
     assert "1 rate inside not good" in w.short()
+
+
+def test_the_reference_grids_best_reads_the_same_rates_as_the_claims():
+    """One definition of the same rate (cover.same_lr): a reference grid's 2.15e-3 is not a cell at
+    2.16e-3 (the paper's reading of the reference grid took any rate within 1%)."""
+    from arrepro.report.results import reference_best
+
+    c = cells({1e-4: [0.3], 2.16e-3: [0.9], 1e-2: [0.5]}).assign(cell_dir=lambda d: d.index.astype(str))
+    assert reference_best(c, "final_accuracy", [1e-4, 2.15e-3, 1e-2]) is None  # 2.15e-3 never trained
+    c = cells({1e-4: [0.3], 2.15e-3: [0.9], 1e-2: [0.5]}).assign(cell_dir=lambda d: d.index.astype(str))
+    assert reference_best(c, "final_accuracy", [1e-4, 2.15e-3, 1e-2]) == 0.9
