@@ -127,12 +127,11 @@ class Searches:
             raise ConfigError(f"{where}.search: unknown search {name!r}; known: {sorted(cfg.get('lr_searches', {}))}")
         d = cfg["lr_searches"][name]
         start = self.grid.lrs({"lrs": d["start"]}, f"{key}.start") if "start" in d else lrs
-        if d.get("close") and not d.get("scan", SEARCH_DEFAULTS["scan"]):
-            step = start_step([float(x) for x in start], float(d.get("resolution", SEARCH_DEFAULTS["resolution"])))
-            raise ConfigError(f"{key}.scan: a curve (close: true) needs a scan: without one, a curve at chance on its "
-                              "start grid ends 'not learned' after its start rates, though a window may lie elsewhere in "
-                              f"its range; give scan (decades: e.g. {step:g}, its start grid's step) and scan_range "
-                              f"(used by {where})")
+        if d.get("close") and not d.get("scan", SEARCH_DEFAULTS["scan"]):  # at chance it would stop at its start rates
+            raise ConfigError(f"{key}.scan: a curve (close: true) needs a scan: without one, a curve at chance on its start "
+                              "grid ends 'not learned' after its start rates, though a window may lie elsewhere in its range; "
+                              f"give scan (decades: e.g. {start_step(start, d.get('resolution', SEARCH_DEFAULTS['resolution'])):g}, its start grid's "
+                              f"step) and scan_range (used by {where})")
         n = d.get("search_seeds", SEARCH_DEFAULTS["search_seeds"])
         if n != "all" and n > len(seeds):
             raise ConfigError(f"{key}.search_seeds: {n} is more than the {len(seeds)} seed(s) of {where}")
