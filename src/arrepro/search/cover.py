@@ -127,8 +127,8 @@ def report(entry: dict, cover_means: dict[float, float]) -> dict:
     the best of them (``protocol.best``), and the window (``protocol.state_window``, the one
     definition) is the window of those points, the search's other learning rates by their bounds.
     The outcome is the search's where its own candidate is chosen, else ``cover``: the best is a
-    rate the search never resolved (a rival's best, trained on every seed after the search ended).
-    Returns {points, chosen, outcome, why, window}."""
+    rate the search never resolved (a rival's best, trained on every seed after the search ended;
+    the cover file says whose). Returns {points, chosen, outcome, window}."""
     spec = protocol.SearchSpec.from_dict(entry["spec"])
     state = entry["state"]
     own = {float(lr): float(m) for lr, m in state["points"]}
@@ -137,14 +137,9 @@ def report(entry: dict, cover_means: dict[float, float]) -> dict:
     n = len(spec.seeds)
     scores = {float(lr): (int(k), float(m)) for lr, k, m in state.get("scores", [])}
     scores |= {lr: (n, m) for lr, m in cover_means.items()}
-    outcome, why = state["outcome"], state.get("why", "")
-    if chosen not in own:
-        before = (f"its search ended {outcome!r} at {float(state['chosen_lr']):.3g} ({own[float(state['chosen_lr'])]:.3f})"
-                  if own and state.get("chosen_lr") is not None else f"its search ended {outcome!r}")
-        outcome, why = "cover", (f"the best is the cover's {chosen:.3g} ({points[chosen]:.3f} over every seed), a rival's "
-                                 f"best learning rate trained on every seed after the search; {before}")
+    outcome = state["outcome"] if chosen in own else "cover"
     window = protocol.state_window(spec, protocol.State("done", chosen, outcome, points, scores))
-    return {"points": points, "chosen": chosen, "outcome": outcome, "why": why, "window": window}
+    return {"points": points, "chosen": chosen, "outcome": outcome, "window": window}
 
 
 def max_cells(seed_counts: list[int], most: int) -> int:
