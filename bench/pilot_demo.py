@@ -115,6 +115,19 @@ CANDIDATES: dict[str, dict] = {
             "recipe_demo": {"epochs": 24}},
 }
 RULES = ("R1", "R2", "R3", "R4", "R5", "R6")
+NEEDS = {"R2": ("R4", "R1")}  # R2 trains 1-layer attention at R4's and R1's best rates: it cannot run without them
+
+
+def rules_problem(rules: tuple[str, ...]) -> str | None:
+    """Why these rules cannot run together (a rule whose stages need another's result, without it),
+    or None: a rule that cannot run is an error, never a pass."""
+    for rule, needs in NEEDS.items():
+        missing = [n for n in needs if n not in rules]
+        if rule in rules and missing:
+            return (f"{rule} needs the results of {' and '.join(needs)} (its probes train at their best rates), and "
+                    f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not among the rules: add "
+                    f"{', '.join(missing)} (e.g. --rules {','.join(dict.fromkeys(needs + rules))})")
+    return None
 
 
 @dataclass
@@ -317,7 +330,9 @@ def pilot(name: str, every_rule: bool = False, rules: tuple[str, ...] = RULES) -
         if not verdict("R1", min(accs) >= GOOD, f"attention 2x{w} at {ba:.3g}: seeds {', '.join(f'{a:.3f}' for a in accs)}"):
             return t
     # R2: 1-layer attention at chance at its own rates and at Mamba's best, on every seed (it needs R4's and R1's rates)
-    if tried("R2") and b is not None and ba is not None:
+    if tried("R2"):
+        if b is None or ba is None:  # (main refuses such rules: rules_problem)
+            raise ValueError(f"candidate {name}: R2 cannot run without R4's and R1's best rates")
         a1 = mqar("attn1", "attention", w, 1, sorted({ba, b}), SEEDS)
         worst = max(sum(v) / len(v) for v in by_lr(a1).values())
         if not verdict("R2", worst < thr, f"attention 1x{w}: best mean {worst:.3f} at rates {', '.join(f'{x:.3g}' for x in sorted(by_lr(a1)))}"):
@@ -373,8 +388,15 @@ def write(trials: list[Trial]) -> None:
         cpu = sum(p.cpu_seconds for p in t.probes if p.cpu_seconds == p.cpu_seconds)
         lines.append(f"## {t.name}: {CANDIDATES[t.name].get('about', '')}\n")
         failed_all = [v.rule for v in t.verdicts if not v.passed]
-        tried = f"tried {', '.join(v.rule for v in t.verdicts)} only, " if len(t.verdicts) < len(RULES) and not failed_all else ""
-        lines.append(f"{tried}{'passes every rule' if not failed_all and len(t.verdicts) == len(RULES) else 'passes' if tried else 'fails ' + ', '.join(failed_all)}; "
+        if failed_all:
+            status = f"fails {', '.join(failed_all)}"
+        elif not t.verdicts:  # nothing decided is no pass
+            status = "no rule decided"
+        elif len(t.verdicts) < len(RULES):
+            status = f"tried {', '.join(v.rule for v in t.verdicts)} only, passes"
+        else:
+            status = "passes every rule"
+        lines.append(f"{status}; "
                      f"{len(t.probes)} cells, {cpu / 60:.1f} CPU-minutes, "
                      f"{cpu / max(1, len(t.probes)):.1f} CPU-seconds a cell\n")
         for v in t.verdicts:
@@ -391,7 +413,7 @@ def main(argv=None) -> None:
     ap.add_argument("--every-rule", action="store_true", help="try every rule even after one fails (the "
                     "candidate still fails; what its other rules show is recorded)")
     ap.add_argument("--rules", default=",".join(RULES), help="the rules whose stages run, comma-separated (default: "
-                    "all; R2 needs R4 and R1): a look at one rule, recorded as such, never a pass")
+                    "all; R2 needs R4 and R1, and is refused without them): a look at some rules, recorded as such")
     ap.add_argument("--reuse", type=Path, help="a results/ folder of a demo run whose cells (same identity, same "
                     "bits) the pilot takes instead of training them again, with their recorded CPU-seconds")
     a = ap.parse_args(argv)
@@ -399,13 +421,19 @@ def main(argv=None) -> None:
         for n, c in CANDIDATES.items():
             print(n, json.dumps(c))
         return
-    names = a.names or list(CANDIDATES)
+    names = list(dict.fromkeys(a.names or CANDIDATES))  # a candidate named twice runs once
     unknown = [n for n in names if n not in CANDIDATES]
     if unknown:
         sys.exit(f"pilot_demo.py: unknown candidate(s) {', '.join(unknown)}; known: {', '.join(CANDIDATES)}")
     rules = tuple(r.strip() for r in a.rules.split(",") if r.strip())
     if not rules or set(rules) - set(RULES):
         sys.exit(f"pilot_demo.py: --rules {a.rules!r}: rules are {', '.join(RULES)}")
+    problem = rules_problem(rules)
+    if problem:
+        sys.exit(f"pilot_demo.py: --rules {a.rules!r}: {problem}")
+    if a.reuse is not None and not a.reuse.is_dir():
+        sys.exit(f"pilot_demo.py: --reuse {a.reuse}: {'a file' if a.reuse.exists() else 'no such folder'}; give the "
+                 "results/ folder of a demo run (its cells are taken instead of trained again)")
     os.chdir(ROOT)
     global REUSE
     REUSE = a.reuse.resolve() if a.reuse else None

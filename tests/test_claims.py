@@ -19,6 +19,7 @@ from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 TASKS = {"L64": {"kind": "mqar", "num_kv_pairs": 4}, "copy": {"kind": "copy"}}
 MODELS = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())["models"]
 CARDS = cards(MODELS)  # what each model is: config.yaml's cards
+ROOT = Path(__file__).resolve().parents[1]
 
 
 MIN_DIFF_TEST = 0.10  # the rule's MIN_DIFF, written out: a test of the rule does not read it back
@@ -495,3 +496,53 @@ def test_the_claims_of_an_experiment_judged_again_under_each_recipe():
                                                                     ("demo_prior", "lrwindow", "contradicted")]
     assert all(r["by"] == "tablerecipe" and r["exp"] == "fig1" for r in rows)
     assert C.judge_by_recipe({"fig1": fig1}, {}) == []  # no experiment asks for it
+
+
+def test_a_verdict_counts_the_seeds_of_the_rows_it_compares():
+    """Issue 55: judge took the fewest seeds over the whole experiment, so a one-seed row that no
+    claim reads (here a 2-layer Hyena) made every claim of the experiment inconclusive "(on 1
+    seed, fewer than 3: no verdict)". A claim counts the seeds of the rows it compares."""
+    e = results([one("attention", 0.26), one("mamba", 0.93), one("hyena", 0.5, n=2)])
+    e.best.loc[e.best["model"] == "hyena", "n_seeds"] = 1
+    row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
+    assert row["verdict"] == "consistent", row["compared"]
+    e.best.loc[e.best["model"] == "mamba", "n_seeds"] = 2  # a row the claim compares: no verdict
+    row = next(r for r in C.judge({"fig3": e}) if r["id"] == "attn1")
+    assert row["verdict"] == "inconclusive" and "(on 2 seeds, fewer than 3: no verdict)" in row["compared"]
+    # every kind of claim says which seeds its rows rest on
+    w = results([one("attention", 0.95, n=2), one("mamba", 0.95, n=2), one("hyena", 0.5, n=2)],
+                [("attention", 64, 2, lr, 0, a) for lr, a in ((1e-3, 0.95), (1e-2, 0.95))]
+                + [("mamba", 64, 2, 1e-3, 0, 0.95)])
+    w.best.loc[w.best["model"] == "hyena", "n_seeds"] = 1
+    assert K.window_wider(w, "attention", ["mamba"]).seeds == 3
+    assert K.window_wider(w, "attention", ["mamba", "hyena"]).seeds == 1
+    assert K.solves_everywhere(w, "attention").seeds == 3
+
+
+def test_an_interval_on_accuracies_stays_within_100_points_and_a_nan_spread_is_refused():
+    """Issue 55: 100% against 0% on three seeds a side read "+97.7 to +102.3" points, and a NaN
+    standard deviation got no floor ("95% interval +NaN to +NaN")."""
+    top, zero = V.Stat.of("a", [1.0] * 3, 0.25), V.Stat.of("b", [0.0] * 3, 0.25)
+    assert V.diff_text(top, zero) == "+100.0 points, 95% interval +97.7 to +100.0"
+    assert V.diff_text(zero, top) == "-100.0 points, 95% interval -100.0 to -97.7"
+    assert V.beats(top, zero) and V.interval(top, zero).df == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="sd of a nan is not a finite number"):
+        V.diff_text(V.Stat("a", 0.9, 0.9, 0.9, 0.25, sd=math.nan, n=3), zero)
+    with pytest.raises(ValueError, match="mean of b inf"):
+        I.welch(0.9, 0.1, 3, math.inf, 0.1, 3)
+
+
+def test_the_floor_decides_two_flat_sides_8_points_apart_by_their_seeds_as_the_docs_say():
+    """The 1-point floor: two flat sides 8 points apart are not alike on 3 seeds a side, alike from 4
+    on; the docs state the case with its seed count and its intervals (computed here)."""
+    texts = []
+    for n, alike_ in ((3, False), (4, True), (5, True)):
+        a, b = V.Stat.of("a", [0.90] * n, 0.25), V.Stat.of("b", [0.82] * n, 0.25)
+        assert V.alike_within(a, b) == alike_, n
+        iv = V.interval(a, b)
+        texts.append(f"{100 * iv.lo:+.1f} to {100 * iv.hi:+.1f}")
+    demo = " ".join((ROOT / "docs" / "reference" / "claims.md").read_text().split())
+    doc = " ".join(I.__doc__.split())
+    for text in (demo, doc):
+        assert f"on 3 seeds a side the interval is {texts[0]}" in text and f"from 4 seeds on" in text
+        assert f"{texts[1]} on 4" in text

@@ -91,7 +91,8 @@ def test_fig1_labels_every_decade_and_half_decade_tried(monkeypatch, tmp_path):
     major, minor = lr_ticks(lrs)
     assert major == [1e-4, 3.16e-4, 1e-3, 3.16e-3, 1e-2] and minor == [1.78e-3]
     cells = pd.DataFrame([{"series": "s", "task_name": "L32", "seq_len": 32, "model": "attention", "width": 32,
-                           "layers": 2, "lr": lr, "seed": seed, "final_accuracy": 0.5} for lr in lrs for seed in (0, 1)])
+                           "layers": 2, "lr": lr, "seed": seed, "final_accuracy": 0.5, "diverged": False}
+                          for lr in lrs for seed in (0, 1)])
     best = best_rows([{"series": "s", "model": "attention", "width": 32, "layers": 2, "best_lr": 1e-3, "mean": 0.5}])
     ax = drawn(monkeypatch, "lr", best, cells, tmp_path).axes[0]
     labels = [t.get_text() for t in ax.get_xticklabels()]
@@ -139,3 +140,26 @@ def test_fig4_labels_clear_their_markers(monkeypatch, tmp_path):
             r = (line.get_markersize() / 2 + line.get_markeredgewidth() + 2) * points  # 2 points clear
             for x, y in ax.transData.transform(line.get_xydata()):
                 assert not (box.x0 - r < x < box.x1 + r and box.y0 - r < y < box.y1 + r), (t.get_text(), box, x, y)
+
+
+def test_the_lr_figure_draws_every_series_and_a_diverged_cell_at_0(monkeypatch, tmp_path):
+    """Issue 55: the learning-rate figure drew a diverged cell at its raw final accuracy (the tables
+    count 0) and only the experiment's first series (a second was neither drawn nor named)."""
+    def cell(series, lr, seed, acc, diverged=False):
+        return {"series": series, "task_name": "L32", "seq_len": 32, "model": "mamba", "width": 32, "layers": 1,
+                "lr": lr, "seed": seed, "final_accuracy": acc, "diverged": diverged}
+    rows = [cell("the search", lr, s, 0.9) for lr in (1e-3, 1e-2) for s in (0, 1)]
+    rows += [cell("the search", 1e-1, 0, 0.6, diverged=True), cell("the search", 1e-1, 1, 0.6, diverged=True)]
+    rows += [cell("another grid", lr, s, 0.5) for lr in (1e-3, 3.16e-2) for s in (0, 1)]
+    best = best_rows([{"series": s, "model": "mamba", "width": 32, "best_lr": 1e-3, "mean": m}
+                      for s, m in (("the search", 0.9), ("another grid", 0.5))])
+    fig = drawn(monkeypatch, "lr", best, pd.DataFrame(rows), tmp_path)
+    ax = fig.axes[0]
+    lines = [line for line in ax.get_lines() if line.get_marker() in ("o", "s", "^") and line.get_markersize() < 10]
+    assert len(lines) == 2  # one per series (the rings are larger)
+    search = next(line for line in lines if len(line.get_xdata()) == 3)
+    assert list(search.get_ydata()) == [0.9, 0.9, 0.0]  # 1e-1 diverged on both seeds: 0, as the tables count it
+    other = next(line for line in lines if line is not search)
+    assert other.get_marker() != search.get_marker() and other.get_linestyle() != search.get_linestyle()
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "mamba, the search" in names and "mamba, another grid" in names, names

@@ -146,3 +146,31 @@ def test_the_demos_search_finds_every_window_its_literal_grid_finds():
                 missed.append((grid, reported(st)))
     assert learns > 100 and len(missed) <= 0.03 * learns, f"{len(missed)} of {learns} windows missed: {missed[:5]}"
     assert {"not learned", "resolved"} <= outcomes  # settings at chance and settings that learn
+
+
+def test_a_curve_without_a_scan_is_refused_naming_the_key(config):
+    """Issue 55: a curve (close: true) without a scan, at chance on its start grid, ended "not learned"
+    after its start cells though a window lay in its range: refused before any job, naming the key."""
+    with pytest.raises(ConfigError, match=r"lr_searches\.tiny\.scan: a curve \(close: true\) needs a scan.*e\.g\. 0\.5"):
+        tiny_searches(config, close=True, search_seeds="all")
+    s = tiny_searches(config, close=True, search_seeds="all", scan=0.5)
+    curves = [x.spec for x in s.searches.values() if x.spec.close]
+    assert curves and all(sp.scan == 0.5 for sp in curves)
+
+
+def test_a_scan_the_budget_cut_short_says_so_in_its_outcome(config):
+    """Issue 55: a one-seed scan at the default budget (5 cells: the demo's start grid and two rounds of
+    one rate) left 1e-4 and 1e-1 untried and ended "not learned", only its round's reason naming the
+    budget. Its outcome is "budget", its reason naming the points left; "not learned" is said only
+    after the whole lattice."""
+    from arrepro.search.rounds import search_spec
+
+    entry = {k: v for k, v in config["lr_searches"]["demo_best"].items() if k != "budget"}
+    sp = search_spec(entry, entry["start"], (0,), 0.4375, 0.9)
+    rounds, st, results = run(sp, lambda lr, s: 0.25)
+    assert sorted({lr for lr, _ in results}) == [3.16e-4, 1e-3, 3.16e-3, 1e-2, 3.16e-2]
+    assert st.outcome == "budget"
+    assert "the scan left 2 of its 7 lattice points untried: 0.0001, 0.1" in st.why and "default of 5 cells" in st.why
+    sp = search_spec({**entry, "budget": 7}, entry["start"], (0,), 0.4375, 0.9)  # room for the lattice
+    rounds, st, results = run(sp, lambda lr, s: 0.25)
+    assert len(results) == 7 and st.outcome == "not learned"

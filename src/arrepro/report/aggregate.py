@@ -9,9 +9,10 @@ count; ``n_tied_lrs`` says how many tied) with the mean, std, min and max over e
 seed, and says what the number rests on: the candidates (``candidates``), the reported seeds
 (``seeds``), the learning rates tried (``n_lrs``) and cells trained (``n_cells``), the
 contenders the budget left untried (``n_contenders``). A fixed grid trained on every seed is the
-search's special case (every learning rate a candidate). The row also carries the search's
-outcome and the setting's good-LR window (``arrepro.search.protocol.window``: its edges, as the tried
-learning rates bound them).
+search's special case (every learning rate a candidate). The row also carries the outcome and
+the setting's good-LR window (``arrepro.search.protocol.window``: its edges, as the tried learning
+rates bound them, and its gaps), decided from the points it reports: the search's candidates and
+its experiment's cover's rates (``arrepro.search.cover.report``).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import pandas as pd
 from arrepro.config.cellfiles import RESULT, read_result
 from arrepro.files import read_table, write_table
 from arrepro.data import task_seq_len
-from arrepro.config.grid import Setting
+from arrepro.config.grid import Setting, fmt_lr
 from arrepro.search import cover, protocol
 from arrepro.search.plans import Plan
 from arrepro.search.rounds import window_dict
@@ -30,7 +31,8 @@ from arrepro.search.thresholds import GOOD
 
 CONFIG_KEYS = ["task", "task_name", "model", "mixer", "width", "layers", "recipe", "lr", "seed"]
 GROUP = ["series", "task", "task_name", "seq_len", "model", "mixer", "width", "layers", "recipe"]
-WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried"]
+WINDOW = ["status", "lo", "hi", "below", "above", "width", "width_max", "open_lo", "open_hi", "n_good", "n_tried",
+          "gaps", "unknown"]  # (Window.from_dict reads them back)
 # the columns every reader of the tables relies on, each with a value on every row (read_*_table)
 CELLS_NOT_NULL = CONFIG_KEYS + ["seq_len", "cell_dir", "diverged", "parameters", "pinned"]
 BEST_NOT_NULL = GROUP + ["metric", "best_lr", "mean", "std", "min", "max", "n_seeds", "n_diverged", "n_tied_lrs", "n_lrs", "parameters", "search",
@@ -56,13 +58,16 @@ def load_results(paths: list[str | Path], task_names: dict | None = None) -> pd.
     return df[first + [c for c in df.columns if c not in first]].sort_values(CONFIG_KEYS)
 
 
-def _accuracy(df: pd.DataFrame, metric: str) -> pd.Series:
-    """The per-cell number of the statistic; a diverged cell's missing number counts as 0."""
+def cell_accuracy(df: pd.DataFrame, metric: str) -> pd.Series:
+    """The per-cell number of the statistic; a diverged cell counts as 0 (its number, if any, and a
+    missing one too): what the tables, the search and the learning-rate figure count."""
     return df[metric].fillna(0.0).where(~df["diverged"].astype(bool), 0.0)
 
 
 def _lr_list(lrs) -> str:
-    return ";".join(f"{x:.3g}" for x in sorted(lrs))
+    """Learning rates as a table's cell, each exactly (``fmt_lr``: three digits where they are
+    exact, else every digit), so that its readers compare the rates trained (``cover.same_lr``)."""
+    return ";".join(fmt_lr(x) for x in sorted(lrs))
 
 
 def _row(g: pd.DataFrame, metric: str, decision: dict) -> dict:
@@ -73,7 +78,7 @@ def _row(g: pd.DataFrame, metric: str, decision: dict) -> dict:
     if sorted(at["seed"]) != sorted(seeds):
         raise ValueError(f"search {decision['search']}: the chosen learning rate {decision['chosen']:g} has seeds "
                          f"{sorted(at['seed'])}, not every reported seed {sorted(seeds)}")
-    acc = _accuracy(at, metric)
+    acc = cell_accuracy(at, metric)
     w = decision["window"] or {}
     first = g.iloc[0]
     return {**{k: first[k] for k in GROUP}, "metric": metric, "best_lr": decision["chosen"],
@@ -109,7 +114,7 @@ def best_over_lr(df: pd.DataFrame, metric: str = "final_accuracy", learned: floa
     """The best table of fixed grids, every learning rate trained on every seed (the search's
     special case, without its plan files): the best mean over seeds, middle of exact ties."""
     rows = []
-    for _, g in df.assign(acc=_accuracy(df, metric)).groupby(GROUP, dropna=False, sort=True):
+    for _, g in df.assign(acc=cell_accuracy(df, metric)).groupby(GROUP, dropna=False, sort=True):
         points = g.groupby("lr")["acc"].mean().to_dict()
         w = protocol.window(points, learned, GOOD if good is None else good, min(points), max(points))
         rows.append(_row(g, metric, _points_decision(points, "fixed", "fixed", window_dict(w), sorted(g["seed"].unique()))))
@@ -152,17 +157,14 @@ def write_tables(plan_paths, series: list[dict], metric: str, cells_csv, best_cs
             state = entry["state"]
             if state["phase"] != "done":
                 raise ValueError(f"search {key} is not done ({state['phase']}): its group's plan is not the last round's")
-            points = dict(map(tuple, state["points"]))
             seeds = entry["spec"]["seeds"]
             bound = contender_bound(state, len(seeds))
-            chosen = state["chosen_lr"]
             cover_lrs = sorted({lr for lr, _ in extra})
-            if cover_lrs:  # each on every reported seed: a candidate like the search's own
-                acc = g.assign(acc=_accuracy(g, metric))
-                points |= {lr: float(acc.loc[(acc["lr"] - lr).abs() <= 1e-12 * lr, "acc"].mean()) for lr in cover_lrs}
-                chosen = protocol.best(points)
-            best_rows.append(_row(g, metric, {**_points_decision(points, key, state["outcome"], state["window"], seeds),
-                                              "chosen": chosen, "contenders": len(state["contenders"]),
+            acc = g.assign(acc=cell_accuracy(g, metric))  # each cover rate on every reported seed: a candidate like the search's own
+            rep = cover.report(entry, {lr: float(acc.loc[acc["lr"] == lr, "acc"].mean()) for lr in cover_lrs})
+            best_rows.append(_row(g, metric, {**_points_decision(rep["points"], key, rep["outcome"], window_dict(rep["window"]),
+                                                                 seeds),
+                                              "chosen": rep["chosen"], "contenders": len(state["contenders"]),
                                               "contender_bound": bound}) | {"cover": _lr_list(cover_lrs)})
     cells = pd.concat(cell_parts, ignore_index=True)
     write_table(cells[["series"] + [c for c in cells.columns if c != "series"]], cells_csv)

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from arrepro.report.verdicts import (CONSISTENT, CONTRADICTED, INCONCLUSIVE, PARAM_RATIO, Judgement, Stat,
-                                     combine, compare, compare_why, diff_text, alike_within, not_alike, tally,
-                                     undecided)
+                                     combine, compare, compare_why, diff_text, alike_within, fewest, not_alike,
+                                     tally, undecided)
 from arrepro.search.protocol import Window, wider
 from arrepro.search.thresholds import GOOD, learned_threshold
 from arrepro.report.tex import acc, points
@@ -31,13 +31,18 @@ def _setting_text(r) -> str:
     return f"{r['task_name']} {int(r['layers'])}×{int(r['width'])}"
 
 
+def row_seeds(r) -> int:
+    """The seeds a best-table row's mean is over (1 where the row does not say)."""
+    return int(r["n_seeds"]) if "n_seeds" in r and pd.notna(r["n_seeds"]) else 1
+
+
 def stat(e, r, label: str | None = None) -> Stat:
     """A best-table row as a Stat."""
     cands = str(r.get("candidates") or "")
     rows = e.rows()
     peers = rows[(rows["layers"] == r["layers"]) & (rows["recipe"] == r["recipe"])]
     learns = any(m >= learned_threshold(e.chance(row)) for m, (_, row) in zip(peers["mean"], peers.iterrows()))
-    n = int(r["n_seeds"]) if "n_seeds" in r and pd.notna(r["n_seeds"]) else 1
+    n = row_seeds(r)
     sd = float(r["std"]) if "std" in r and pd.notna(r["std"]) else 0.0
     return Stat(label or r["model"], float(r["mean"]), float(r["min"]), float(r["max"]), e.chance(r),
                 float(r["best_lr"]) if "best_lr" in r else None,
@@ -66,19 +71,20 @@ def a_beats_b(e, a: str, b: str, layers=None, predicted: bool = False) -> Judgem
     c, why = compare_why(sa, sb, predicted)
     return Judgement(tally(c > 0, c < 0), f"{_setting_text(r)}: {sa.text()} vs {sb.text()} ({diff_text(sa, sb)})"
                      + (f" ({why}: no evidence)" if why else ""),
-                     "" if c else f"{_setting_text(r)}: {why or undecided(sa, sb)}")
+                     "" if c else f"{_setting_text(r)}: {why or undecided(sa, sb)}", fewest([sa, sb]))
 
 
 def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
     """Each of ``others`` is alike ``ref``: the interval on their difference within +-MIN_DIFF
     (where one of the two has learned)."""
-    found, parts, verdicts, why_not = False, [], [], []
+    found, parts, verdicts, why_not, compared = False, [], [], [], []
     for o in others:
         pairs = paired(e, o, ref, layers=layers)
         if not pairs:
             continue
         found = True
         r, so, sr = max(pairs, key=lambda p: p[2].mean)
+        compared += [so, sr]
         parts.append(f"{_setting_text(r)}: {so.text()} vs {sr.text()} ({diff_text(so, sr)})")
         c, why = compare_why(so, sr, predicted=True)  # a failure on either side is against the claim
         parts[-1] += f" ({why}: no evidence)" if why else ""
@@ -91,7 +97,7 @@ def alike(e, ref: str, others: list[str], layers=None) -> Judgement | None:
             why_not.append(f"{_setting_text(r)}: {why or not_alike(so, sr)}")
     if not found:
         return None
-    return Judgement(combine(verdicts), "; ".join(parts), reasons(why_not))
+    return Judgement(combine(verdicts), "; ".join(parts), reasons(why_not), fewest(compared))
 
 
 def all_of(parts: list[Judgement | None]) -> Judgement | None:
@@ -99,7 +105,7 @@ def all_of(parts: list[Judgement | None]) -> Judgement | None:
     if any(p is None for p in parts):
         return None
     return Judgement(combine([p.verdict for p in parts]), "; ".join(p.compared for p in parts),
-                     reasons(p.reason for p in parts if p.verdict == INCONCLUSIVE))
+                     reasons(p.reason for p in parts if p.verdict == INCONCLUSIVE), fewest(parts))
 
 
 def window_of(row) -> Window:
@@ -116,7 +122,7 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
     ra = e.rows(a)
     if ra.empty:
         return None
-    parts, vs, why_not = [], [], []
+    parts, vs, why_not, seeds = [], [], [], []
     for b in others:
         rb = e.rows(b)
         m = ra.merge(rb, on=SETTING, suffixes=("", "_b"))
@@ -126,7 +132,9 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
         shown = []
         for _, r in m.iterrows():
             wa = window_of(r)
-            wb = window_of({k[:-2]: v for k, v in r.items() if k.endswith("_b")})
+            rb_ = {k[:-2]: v for k, v in r.items() if k.endswith("_b")}
+            wb = window_of(rb_)
+            seeds += [row_seeds(r), row_seeds(rb_)]
             c = wider(wa, wb)
             ups, downs = ups + (c > 0), downs + (c < 0)
             shown.append(f"{_setting_text(r)}: {wa.short()} vs {wb.short()}")
@@ -139,7 +147,7 @@ def window_wider(e, a: str, others: list[str]) -> Judgement | None:
                      f"undecided in {len(m) - ups - downs} ({'; '.join(shown[:3])}{'; ...' if len(shown) > 3 else ''})")
     if not vs:
         return None
-    return Judgement(combine(vs), "; ".join(parts), reasons(why_not))
+    return Judgement(combine(vs), "; ".join(parts), reasons(why_not), fewest(seeds))
 
 
 def wide_beats_deep(e, model: str, predicted: bool = False) -> Judgement | None:
@@ -148,7 +156,7 @@ def wide_beats_deep(e, model: str, predicted: bool = False) -> Judgement | None:
     ``predicted``: the claim predicts that the deeper one fails outright (``failure_counts``)."""
     r = e.rows(model)
     ups = downs = 0
-    parts, why_not = [], []
+    parts, why_not, compared = [], [], []
     for _, g in r.groupby("task"):
         rows = list(g.itertuples(index=False))
         for x in rows:
@@ -161,6 +169,7 @@ def wide_beats_deep(e, model: str, predicted: bool = False) -> Judgement | None:
                 c, why = compare_why(sx, sy, predicted)
                 ups, downs = ups + (c > 0), downs + (c < 0)
                 why_not.append("" if c else f"{x.task_name}: {why or undecided(sx, sy)}")
+                compared += [sx, sy]
                 parts.append(f"{x.task_name} {sx.text()} vs {sy.text()} "
                              f"({x.parameters / 1e6:.3g}M vs {y.parameters / 1e6:.3g}M params)" + (f" ({why}: no evidence)" if why else ""))
     if not parts:
@@ -170,7 +179,8 @@ def wide_beats_deep(e, model: str, predicted: bool = False) -> Judgement | None:
                    "one's parameter count")
         return Judgement(INCONCLUSIVE, nothing, nothing)
     return Judgement(tally(ups, downs), f"{model}, wider first: " + "; ".join(parts)
-                     + f" (wider wins {ups}, deeper wins {downs})", "" if ups != downs else reasons(why_not))
+                     + f" (wider wins {ups}, deeper wins {downs})", "" if ups != downs else reasons(why_not),
+                     fewest(compared))
 
 
 def grows_with(e, axis: str, models: list[str] | None = None, family: str | None = None,
@@ -183,7 +193,7 @@ def grows_with(e, axis: str, models: list[str] | None = None, family: str | None
         r = r[[e.card(m).family == family for m in r["model"]]]
     other = "layers" if axis == "width" else "width"
     ups = downs = 0
-    parts, why_not = [], []
+    parts, why_not, compared = [], [], []
     for key, g in r.groupby(["model", "task", other]):
         if g[axis].nunique() < 2:
             continue
@@ -193,11 +203,12 @@ def grows_with(e, axis: str, models: list[str] | None = None, family: str | None
         c, why = compare_why(s_hi, s_lo, predicted)
         ups, downs = ups + (c > 0), downs + (c < 0)
         why_not.append("" if c else f"{key[0]} {lo['task_name']}: {why or undecided(s_hi, s_lo)}")
+        compared += [s_hi, s_lo]
         parts.append(f"{key[0]} {lo['task_name']}: {s_hi.text()} vs {s_lo.text()}" + (f" ({why}: no evidence)" if why else ""))
     if not parts:
         return None
     return Judgement(tally(ups, downs), "; ".join(parts) + f" (larger wins {ups}, smaller wins {downs})",
-                     "" if ups != downs else reasons(why_not))
+                     "" if ups != downs else reasons(why_not), fewest(compared))
 
 
 def zoo_name(e, model: str, zoo_models) -> str:
@@ -221,7 +232,8 @@ def fine_grid_helps(e) -> Judgement | None:
     return Judgement(tally(ups, downs), f"{len(pairs)} (model, setting) pairs: fine grid better in {ups}, "
                                         f"worse in {downs}, mean difference {points(100 * d)} points",
                      "" if ups != downs else f"the fine grid is conclusively better in as many pairs as worse ({ups})"
-                     if ups else "in no pair is either grid conclusively better")
+                     if ups else "in no pair is either grid conclusively better",
+                     fewest([s for _, sa, sb in pairs for s in (sa, sb)]))
 
 
 def solves_everywhere(e, model: str, layers=None) -> Judgement | None:
@@ -236,7 +248,8 @@ def solves_everywhere(e, model: str, layers=None) -> Judgement | None:
     short = sum(s.mean < GOOD for _, s in stats)
     return Judgement(v, f"{len(stats)} setting{'s' if len(stats) != 1 else ''}, {sum(s.mean >= GOOD for _, s in stats)} reach {100 * GOOD:g}%, "
                         f"{len(failed)} not learned; worst {_setting_text(worst_row)}: {worst.text()}",
-                     f"{short} setting{'s' if short != 1 else ''} learned but below {100 * GOOD:g}%" if v == INCONCLUSIVE else "")
+                     f"{short} setting{'s' if short != 1 else ''} learned but below {100 * GOOD:g}%" if v == INCONCLUSIVE else "",
+                     fewest([s for _, s in stats]))
 
 
 def fails_where_other_learns(e, weak: str, strong: str, layers=None) -> Judgement | None:
@@ -249,7 +262,7 @@ def fails_where_other_learns(e, weak: str, strong: str, layers=None) -> Judgemen
     best_weak = max(learned_weak, key=lambda s: s.mean)
     if best_weak.learned:
         return Judgement(CONTRADICTED, f"{j.compared}; {weak} learned: best {best_weak.text()} "
-                                       f"(chance {acc(best_weak.chance)}%)")
+                                       f"(chance {acc(best_weak.chance)}%)", fewest([j, best_weak]))
     return j
 
 
@@ -271,4 +284,5 @@ def pe_alike(e) -> Judgement | None:
         return None
     vs = [p.verdict for p in parts]
     v = CONTRADICTED if CONTRADICTED in vs else CONSISTENT if CONSISTENT in vs else INCONCLUSIVE
-    return Judgement(v, "; ".join(p.compared for p in parts), reasons(p.reason for p in parts) if v == INCONCLUSIVE else "")
+    return Judgement(v, "; ".join(p.compared for p in parts), reasons(p.reason for p in parts) if v == INCONCLUSIVE else "",
+                     fewest(parts))

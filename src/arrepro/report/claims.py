@@ -82,15 +82,15 @@ def paper_claim(cid: str) -> str:
 
 
 def _judged(fn: Callable, e) -> Judgement | None:
-    """A claim's judge on one experiment's results, its verdict withheld on fewer than MIN_SEEDS seeds."""
+    """A claim's judge on one experiment's results, its verdict withheld where the rows it compares have
+    fewer than MIN_SEEDS seeds."""
     if e is None or e.best.empty:
         return None
     j = fn(e)
-    if j is not None:
-        seeds = int(e.best["n_seeds"].min()) if "n_seeds" in e.best.columns else MIN_SEEDS
-        if seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
-            few = f"on {seeds} seed{'s' if seeds != 1 else ''}, fewer than {MIN_SEEDS}"
-            j = Judgement(INCONCLUSIVE, f"{j.compared} ({few}: no verdict)", few)
+    seeds = j.seeds if j is not None else None  # the rows the claim compares, not the experiment's other rows
+    if seeds is not None and seeds < MIN_SEEDS:  # one or two seeds' word is no verdict, whatever the interval
+        few = f"on {seeds} seed{'s' if seeds != 1 else ''}, fewer than {MIN_SEEDS}"
+        j = Judgement(INCONCLUSIVE, f"{j.compared} ({few}: no verdict)", few, seeds)
     return j
 
 

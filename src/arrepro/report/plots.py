@@ -23,6 +23,7 @@ MAIN_STYLE = {"linestyle": "-", "marker": "o", "ms": 4.5}
 REPLICATION_STYLE = {"linestyle": ":", "marker": "s", "ms": 6.5, "mfc": "none", "mew": 1.3}
 OTHER_SERIES_STYLE = {"linestyle": "--", "marker": "^", "ms": 5}
 DODGE = 0.045  # sideways shift of each further series, in units of log2(width)
+LR_DODGE = 0.13  # the same on the learning-rate axis, in units of log2(lr) (0.04 decades)
 
 
 def series_styles(series, replication=()) -> dict[str, dict]:
@@ -40,18 +41,19 @@ def series_styles(series, replication=()) -> dict[str, dict]:
     return out
 
 
-def dodges(styles: dict[str, dict]) -> dict[str, float]:
-    """Each series' sideways factor on a log axis: the main series in place, the replication to its
-    left, any other to its right (a point that coincides with another's shows beside it)."""
+def dodges(styles: dict[str, dict], step: float = DODGE) -> dict[str, float]:
+    """Each series' sideways factor on a log axis (``step``: in units of log2 of the axis): the main
+    series in place, the replication to its left, any other to its right (a point that coincides
+    with another's shows beside it)."""
     out, right = {}, 0
     for name, style in styles.items():
         if style is REPLICATION_STYLE:
-            out[name] = 2 ** -DODGE
+            out[name] = 2 ** -step
         elif style is MAIN_STYLE:
             out[name] = 1.0
         else:
             right += 1
-            out[name] = 2 ** (DODGE * right)
+            out[name] = 2 ** (step * right)
     return out
 
 
@@ -153,31 +155,41 @@ def card_label(model: str, cards: dict | None) -> str:
     return literal(cards[model].label) if cards and model in cards else literal(model)
 
 
-def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", reference_lrs=(), cards=None, **_):
+def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", reference_lrs=(), cards=None, replication=(),
+              **_):
     """Accuracy vs learning rate (seeds' mean, max-min bars), one panel per (task, width,
-    layers), at the learning rates each model's search tried; a ring marks the one it chose
-    (the best table's); Zoology's 4-point grid as dashed vertical lines."""
+    layers), at the learning rates each model's search tried, a diverged cell at 0 as the tables
+    count it (``aggregate.cell_accuracy``); a ring marks the one it chose (the best table's);
+    Zoology's 4-point grid as dashed vertical lines. Every series is drawn, each in its style
+    (``series_styles``; named in the legend where there are several), a little beside the others."""
+    from arrepro.report.aggregate import cell_accuracy
+
     sns.set_theme(style="whitegrid", context="paper")
     keys = ["series", "task_name", "seq_len", "model", "width", "layers", "lr"]
-    per_lr = cells.groupby(keys)[metric].agg(["mean", "min", "max"]).reset_index()
-    per_lr = per_lr[per_lr["series"] == per_lr["series"].iloc[0]]
+    per_lr = (cells.assign(acc=cell_accuracy(cells, metric)).groupby(keys)["acc"]
+              .agg(["mean", "min", "max"]).reset_index())
     panels = per_lr[["seq_len", "task_name", "width", "layers"]].drop_duplicates().sort_values(["seq_len", "width", "layers"])
     models = list(dict.fromkeys(cells["model"]))
     colors = dict(zip(models, sns.color_palette("tab10", len(models))))
+    styles = series_styles(per_lr["series"], [literal(x) for x in replication])
+    shift, several = dodges(styles, LR_DODGE), len(styles) > 1
     n = len(panels)
     fig, axes = plt.subplots(1, n, figsize=(3.6 * n + 1.6, 3.3), squeeze=False, sharex=True, sharey=True)
     for ax, (_, p) in zip(axes[0], panels.iterrows()):
         sub = per_lr[(per_lr["seq_len"] == p["seq_len"]) & (per_lr["width"] == p["width"]) & (per_lr["layers"] == p["layers"])]
-        for model, g in sub.groupby("model", sort=False):
+        for (model, series), g in sub.groupby(["model", "series"], sort=False):
             g = g.sort_values("lr")
-            ax.errorbar(g["lr"], g["mean"], yerr=[g["mean"] - g["min"], g["max"] - g["mean"]], color=colors[model],
-                        marker="o", ms=4, lw=1.6, capsize=3, label=card_label(model, cards))
+            bars = [(g["mean"] - g["min"]).clip(lower=0), (g["max"] - g["mean"]).clip(lower=0)]  # (equal seeds: rounding)
+            ax.errorbar(g["lr"] * shift[series], g["mean"], yerr=bars, color=colors[model],
+                        lw=1.6, capsize=3, label=card_label(model, cards) + (f", {series}" if several else ""),
+                        **styles[series])
             chosen = best[(best["model"] == model) & (best["seq_len"] == p["seq_len"]) & (best["width"] == p["width"])
-                          & (best["layers"] == p["layers"]) & (best["series"] == g["series"].iloc[0])]
+                          & (best["layers"] == p["layers"]) & (best["series"] == series)]
             for lr in chosen["best_lr"]:
                 at = g[g["lr"] == lr]
                 if len(at):
-                    ax.plot(lr, at["mean"].iloc[0], marker="o", ms=11, mfc="none", mec=colors[model], mew=1.4, zorder=4)
+                    ax.plot(lr * shift[series], at["mean"].iloc[0], marker="o", ms=11, mfc="none",
+                            mec=colors[model], mew=1.4, zorder=4)
         for lr in reference_lrs:
             ax.axvline(lr, color="0.4", ls="--", lw=0.9, zorder=0)
         ax.axhline(GOOD, color="0.55", ls=":", lw=1.0, zorder=0)  # a window: the rates whose mean reaches it
@@ -193,7 +205,7 @@ def lr_figure(best, cells, title, scale, paths, metric="final_accuracy", referen
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"L={p['seq_len']} ({p['task_name']}), width {p['width']}, {p['layers']} "
                      f"layer{'s' if p['layers'] != 1 else ''}", fontsize=9)
-    axes[0][0].set_ylabel(metric.replace("_", " "))
+    axes[0][0].set_ylabel(metric.replace("_", " ") + " (diverged: 0)")
     handles, names = _legend_entries(axes[0])
     handles.append(plt.Line2D([], [], color="0.3", marker="o", ms=11, mfc="none", ls="none"))
     names.append("learning rate reported (the best candidate)")

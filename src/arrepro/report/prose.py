@@ -120,7 +120,7 @@ def window_text(w) -> str:
     if w.lo == w.hi:
         return (f"one good learning rate, {tex_lr(w.lo)} (" +
                 (open_txt if sides else f"at most {w.width_max:.2f} decades") + ")")
-    span = f"{tex_lr(w.lo)} to {tex_lr(w.hi)} good"
+    span = f"{tex_lr(w.lo)} to {tex_lr(w.hi)} good{w.gaps_text()}"
     if sides:
         return f"at least {w.width:.2f} decades ({span}; {open_txt})"
     return f"{w.width:.2f} to {w.width_max:.2f} decades ({span})"
@@ -305,8 +305,9 @@ OUTCOMES = {"resolved": "a best resolved to the search's resolution, no learning
             "contenders": "a best resolved, but learning rates the budget left that could still beat it (the tables "
             "count them and give the most they could reach)", "plateau": "a plateau at the top",
             "closed": "a curve closed on both sides (beyond each edge, every seed below the learned threshold)",
-            "range": "a best, or a curve's edge, on a bound of the search's range", "budget": "a best still unresolved when the "
-            "round budget ran out", "not learned": "no learning rate learned", "fixed": "a fixed grid"}
+            "range": "a best, or a curve's edge, on a bound of the search's range", "budget": "a best still unresolved, or a scan at "
+            "chance with lattice points untried, when the budget (cells or rounds) ran out", "not learned": "no learning rate learned", "fixed": "a fixed grid",
+            "cover": "a best at a learning rate the cover added (a rival's best, trained on every seed after the search)"}
 
 
 def outcome_text(results: dict) -> str:
@@ -315,6 +316,9 @@ def outcome_text(results: dict) -> str:
     if best.empty or "search" not in best.columns:
         return ""
     per = best.drop_duplicates("search")["outcome"].value_counts()
+    unknown = sorted(set(per.index) - set(OUTCOMES))
+    if unknown:  # every search counted, none dropped from the sentence
+        raise ValueError(f"outcome(s) {unknown} of the best tables have no words in prose.OUTCOMES")
     cells = pd.concat([r.cells for r in results.values()], ignore_index=True).drop_duplicates("cell_dir")
     parts = [f"{fmt_int(per[k])} with {v}" for k, v in OUTCOMES.items() if k in per]
     return (f"This scale's {plural(int(per.sum()), 'search', 'searches')} (one a setting) ended: {join(parts)}; "

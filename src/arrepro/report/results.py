@@ -10,6 +10,7 @@ from arrepro.config.grid import is_replication
 from arrepro.report.claim_kinds import window_of
 from arrepro.report.prose import of_total, rests_on, shape_text, window_rank, window_text
 from arrepro.report.tex import fmt_count, fmt_int, pct, pct_pm, pct_range, tex_lr
+from arrepro.search.cover import same_lr
 from arrepro.search.thresholds import GOOD, chance_level
 
 BEST_COLUMNS = ["series", "task", "seq_len", "model", "mixer", "width", "layers", "metric", "best_lr",
@@ -40,7 +41,7 @@ def reference_best(cells: pd.DataFrame, metric: str, reference_lrs: list[float])
               .groupby(["task", "width", "layers", "lr"])["acc"].mean().reset_index())
     out = None
     for _, g in per_lr.groupby(["task", "width", "layers"]):
-        on_ref = g[g["lr"].apply(lambda x: any(abs(x / r - 1) < 0.01 for r in reference_lrs))]
+        on_ref = g[g["lr"].apply(lambda x: any(same_lr(x, r) for r in reference_lrs))]  # (the one definition)
         if len(on_ref) == len(reference_lrs):
             out = max(out or 0.0, float(on_ref["acc"].max()))
     return out

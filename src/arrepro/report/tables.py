@@ -116,10 +116,11 @@ def lr_window(best: pd.DataFrame, recipes: dict | None = None) -> pd.DataFrame:
     """Beyond the paper: each model's window of good learning rates per setting, as its search
     resolved it (arrepro.search.protocol.window, the one definition): the good learning rates' span, the
     range its true edges can lie in, its width in decades (at least / at most), and why an edge is
-    open ("range": the search range stops it; "edge": nothing tried beyond). No window where no
-    learning rate reaches the good mark; "not learned" where none reaches the learned threshold.
-    With ``recipes`` (the scale's): a recipe column, a setting's recipes on adjacent rows (the
-    ``recipe_window`` table: what a recipe does to a window)."""
+    open ("range": the search range stops it; "edge": nothing tried beyond), and its gaps (rates
+    tried inside the span that are not good). No window where no learning rate reaches the good
+    mark; "not learned" where none reaches the learned threshold. With ``recipes`` (the scale's): a
+    recipe column, a setting's recipes on adjacent rows (the ``recipe_window`` table: what a recipe
+    does to a window)."""
     from arrepro.report.claim_kinds import window_of
 
     rows = []
@@ -133,7 +134,7 @@ def lr_window(best: pd.DataFrame, recipes: dict | None = None) -> pd.DataFrame:
                "width (decades)": w.status, "LRs / cells tried": f"{int(r['n_lrs'])} / {int(r['n_cells'])}",
                "search": r.get("outcome", ""), "contenders left": contenders_text(r)}
         if w.status == "window":
-            row.update({"good LRs": f"{_lr(w.lo)} - {_lr(w.hi)}",
+            row.update({"good LRs": f"{_lr(w.lo)} - {_lr(w.hi)}{w.gaps_text()}",
                         "lower edge in": f"[{_lr(w.below)}, {_lr(w.lo)}]" if w.below else f"<= {_lr(w.lo)} ({w.open_lo})",
                         "upper edge in": f"[{_lr(w.hi)}, {_lr(w.above)}]" if w.above else f">= {_lr(w.hi)} ({w.open_hi})",
                         "width (decades)": f"{w.width:.2f} to {'open' if w.width_max is None else f'{w.width_max:.2f}'}"})

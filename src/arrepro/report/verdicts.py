@@ -107,8 +107,13 @@ def interval(a: Stat, b: Stat) -> Interval:
     the same stream), and a pairing would buy little; Welch's needs only what a best-table row
     records (mean, std, n_seeds) and does not assume the two sides equally noisy (a model at
     chance varies little over seeds, one that learns on some of them a lot). Sides over different
-    seed sets (a one-seed figure against a three-seed one) compare too."""
-    return welch(a.mean, a.sd, a.n, b.mean, b.sd, b.n)
+    seed sets (a one-seed figure against a three-seed one) compare too.
+
+    A difference of two accuracies lies in [-1, 1]: where the t interval, symmetric by
+    construction, reaches past that (100% against 0% on three seeds a side: +97.7 to +102.3
+    points), its edge is clamped there. No verdict changes: 0 and +-MIN_DIFF lie inside."""
+    iv = welch(a.mean, a.sd, a.n, b.mean, b.sd, b.n)
+    return Interval(iv.diff, max(iv.lo, -1.0), min(iv.hi, 1.0), iv.df) if iv.df else iv
 
 
 def conclusive(a: Stat, b: Stat) -> bool:
@@ -200,10 +205,19 @@ class Judgement:
     verdict: str
     compared: str  # plain text (the paper escapes it): the models, settings and numbers compared
     reason: str = ""  # an inconclusive verdict's: why the numbers decide nothing (plain text)
+    seeds: int | None = None  # the fewest seeds of the rows it compared (None: it compared none)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+
+def fewest(counts) -> int | None:
+    """The fewest seeds among ``counts`` (Stats, Judgements, numbers or None), None if none:
+    what a verdict built from them rests on."""
+    ns = [c if isinstance(c, int) else getattr(c, "n", getattr(c, "seeds", None)) for c in counts]
+    ns = [int(n) for n in ns if n is not None]
+    return min(ns) if ns else None
 
 
 def combine(verdicts: list[str]) -> str:

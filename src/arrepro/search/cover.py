@@ -10,18 +10,25 @@ have learned and that a claim compares it with (other models at its width and de
 itself at other widths and depths), where such a rate lies inside its search's range and is not
 one of its candidates already. The cover's learning rates join the setting's candidates (each
 is trained on every reported seed): the reported number stays the paper's statistic, the best
-over the candidates of the mean over every seed.
+over the candidates of the mean over every seed, and the row's outcome and window are decided
+from those points (``report``): a cover's rate that wins is the outcome ``cover``.
 
 Pure Python (no torch, no pandas): the workflow's cover job and the tests call ``plan``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-TOL = 1e-3  # relative: two learning rates this close are the same point (3-digit snapping)
+from arrepro.search import protocol
+
+TOL = 1e-3  # relative: two learning rates this close are the same point
 
 
 def same_lr(a: float, b: float) -> bool:
+    """Whether two learning rates are the same point: the one definition, which the cover (a
+    rival's rate already a candidate), the best tables (their candidates, written exactly) and the
+    claims (``Stat.covers``) use."""
     return abs(a - b) <= TOL * max(a, b)
 
 
@@ -49,7 +56,10 @@ def _reported(entry: dict) -> tuple[float, float] | None:
     chosen = state.get("chosen_lr")
     if chosen is None or chosen != chosen or not points:
         return None
-    return float(chosen), points[float(chosen)]
+    mean = points[float(chosen)]
+    if not math.isfinite(mean):  # a search's means are finite (a diverged cell counts 0): a damaged plan
+        raise ValueError(f"search of {_label(entry)}: its mean at {float(chosen):.3g} is {mean}, not a number")
+    return float(chosen), mean
 
 
 def _label(entry: dict) -> str:
@@ -82,7 +92,7 @@ def plan(entries: dict[str, dict], most: int) -> list[Cover]:
     for key in sorted(entries):
         entry, rep = entries[key], reported[key]
         spec = entry["spec"]
-        if rep is None or rep[1] >= spec["learned"]:
+        if rep is None or not rep[1] < spec["learned"]:
             continue  # no candidate (nothing to compare), or it has learned: its failure is not the question
         lo, hi = spec["lo"], spec["hi"]
         candidates = [float(lr) for lr, _ in entry["state"]["points"]]
@@ -90,7 +100,7 @@ def plan(entries: dict[str, dict], most: int) -> list[Cover]:
         for other in sorted(entries):
             o, orep = entries[other], reported[other]
             kin = _kin(entry["setting"], o["setting"])
-            if other == key or orep is None or kin is None or orep[1] < o["spec"]["learned"]:
+            if other == key or orep is None or kin is None or not orep[1] >= o["spec"]["learned"]:
                 continue  # no claim compares them, or the rival has not learned: no rate worth covering
             lr = orep[0]
             if lo * (1 - TOL) <= lr <= hi * (1 + TOL) and not any(same_lr(lr, c) for c in candidates):
@@ -108,6 +118,28 @@ def plan(entries: dict[str, dict], most: int) -> list[Cover]:
                              f"rate of {', '.join(rivals[lr])}: trained on every seed, so that its failure there is "
                              "evidence"))
     return out
+
+
+def report(entry: dict, cover_means: dict[float, float]) -> dict:
+    """What a setting reports once its cover is trained: ``entry`` its search (a plan's
+    ``searches[key]``, done), ``cover_means`` the cover's learning rates -> their means over every
+    reported seed. The points are the search's candidates and the cover's rates; the chosen one is
+    the best of them (``protocol.best``), and the window (``protocol.state_window``, the one
+    definition) is the window of those points, the search's other learning rates by their bounds.
+    The outcome is the search's where its own candidate is chosen, else ``cover``: the best is a
+    rate the search never resolved (a rival's best, trained on every seed after the search ended;
+    the cover file says whose). Returns {points, chosen, outcome, window}."""
+    spec = protocol.SearchSpec.from_dict(entry["spec"])
+    state = entry["state"]
+    own = {float(lr): float(m) for lr, m in state["points"]}
+    points = own | {float(lr): float(m) for lr, m in cover_means.items()}
+    chosen = protocol.best(points)
+    n = len(spec.seeds)
+    scores = {float(lr): (int(k), float(m)) for lr, k, m in state.get("scores", [])}
+    scores |= {lr: (n, m) for lr, m in cover_means.items()}
+    outcome = state["outcome"] if chosen in own else "cover"
+    window = protocol.state_window(spec, protocol.State("done", chosen, outcome, points, scores))
+    return {"points": points, "chosen": chosen, "outcome": outcome, "window": window}
 
 
 def max_cells(seed_counts: list[int], most: int) -> int:

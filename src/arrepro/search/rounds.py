@@ -38,7 +38,7 @@ from arrepro.config.grid import CELL_ROOT, Cell, ConfigError, Grid, Setting, sch
 from arrepro.files import UnreadableFile
 from arrepro.search.plans import Plan, write_report
 from arrepro.search.protocol import Round, SearchSpec, SpecError, State, cells_of, decide, state_window
-from arrepro.search.protocol.spec import close_rounds, window_rounds
+from arrepro.search.protocol.spec import close_rounds, start_step, window_rounds
 from arrepro.search.thresholds import GOOD, chance_level, learned_threshold
 
 PROTOCOLS = ("search", "grid")
@@ -127,6 +127,11 @@ class Searches:
             raise ConfigError(f"{where}.search: unknown search {name!r}; known: {sorted(cfg.get('lr_searches', {}))}")
         d = cfg["lr_searches"][name]
         start = self.grid.lrs({"lrs": d["start"]}, f"{key}.start") if "start" in d else lrs
+        if d.get("close") and not d.get("scan", SEARCH_DEFAULTS["scan"]):  # at chance it would stop at its start rates
+            raise ConfigError(f"{key}.scan: a curve (close: true) needs a scan: without one, a curve at chance on its start "
+                              "grid ends 'not learned' after its start rates, though a window may lie elsewhere in its range; "
+                              f"give scan (decades: e.g. {start_step(start, d.get('resolution', SEARCH_DEFAULTS['resolution'])):g}, its start grid's "
+                              f"step) and scan_range (used by {where})")
         n = d.get("search_seeds", SEARCH_DEFAULTS["search_seeds"])
         if n != "all" and n > len(seeds):
             raise ConfigError(f"{key}.search_seeds: {n} is more than the {len(seeds)} seed(s) of {where}")

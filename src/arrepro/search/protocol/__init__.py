@@ -33,7 +33,9 @@ The reported learning rate (``State.chosen``) is the candidate with the best mea
 reported seed (among exactly tied ones the middle, the lower of the two middle ones for an even
 count), and the outcome is computed at it: "resolved" (its nearest tried neighbours within the
 resolution), "plateau", "range" (it sits on a bound of the search range), "budget" (it wanted
-more learning rates), "not learned" (no cell of any seed learned), "fixed" (a fixed grid). A
+more learning rates: a best unresolved, or a scan at chance that left lattice points untried),
+"not learned" (no cell of any seed learned, after the whole scan where there is one), "fixed" (a
+fixed grid). A
 diverged cell (non-finite loss) is a result: its accuracy counts as 0. Every decision is a pure
 function of the results so far (the same results give the same rounds, in whatever order they
 arrived), and each round records its reason.

@@ -7,7 +7,7 @@ import math
 from arrepro.search.protocol.evidence import Evidence, best
 from arrepro.search.protocol.ladder import _finish_reserve, _ladder_cost, _lift, climb, contenders, explore_level
 from arrepro.search.protocol.refine import _peak, _plateau, _thin_neighbours, curve_edges, explore
-from arrepro.search.protocol.scan import curve_scan_round, scan_round
+from arrepro.search.protocol.scan import curve_scan_round, scan_round, scan_untried
 from arrepro.search.protocol.spec import Round, SearchSpec, State, _lrs
 
 
@@ -21,6 +21,12 @@ def outcome(spec: SearchSpec, ev: Evidence, chosen: float) -> tuple[str, str]:
     """The search's outcome at the chosen learning rate, and why (the module's docstring)."""
     if not ev.learned_any:
         top = max(ev.scores().values())
+        untried = scan_untried(spec, ev)
+        if untried:  # the scan did not finish: not "not learned", which is said only after it
+            budget = f"{spec.budget} cells" if spec.budget else f"the default of {spec.max_cells()} cells (base_cells)"
+            return "budget", (f"nothing learned on the {len(ev.tried)} learning rates tried (the best score {top:.3f}), "
+                              f"but the scan left {len(untried)} of its {len(spec.scan_points())} lattice points "
+                              f"untried: {_lrs(untried)} (the budget, {budget}, or the rounds ran out)")
         return "not learned", (f"nothing learned: no cell of any seed reaches the learned threshold {spec.learned:.3f} "
                                f"(the best score {top:.3f})")
     if not spec.rounds:

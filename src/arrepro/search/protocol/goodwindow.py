@@ -58,13 +58,18 @@ class Window:
             return None
         return max(decades(self.below, self.lo), decades(self.hi, self.above))
 
+    def gaps_text(self) -> str:
+        """"" or ", 1 rate inside not good": the window's gaps (``gaps``), which its span hides."""
+        return f", {self.gaps} rate{'s' if self.gaps != 1 else ''} inside not good" if self.gaps else ""
+
     def short(self) -> str:
-        """E.g. "1e-4 to 3.16e-3 (1.5 to 2 decades)", "3.16e-3 (0 to 0.5 decades)", "none"."""
+        """E.g. "1e-4 to 3.16e-3 (1.5 to 2 decades)", "3.16e-3 (0 to 0.5 decades)", "none",
+        "1e-3 to 1e-2 (1 to 1.5 decades, 1 rate inside not good)"."""
         if self.status != "window":
             return self.status
         span = f"{self.lo:.3g}" if self.lo == self.hi else f"{self.lo:.3g} to {self.hi:.3g}"
         hi = "open" if self.width_max is None else f"{self.width_max:.2g}"
-        return f"{span} ({self.width:.2g} to {hi} decades)"
+        return f"{span} ({self.width:.2g} to {hi} decades{self.gaps_text()})"
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Window":
@@ -86,7 +91,7 @@ class Window:
             return self.status
         lo = f"[{self.below:.3g}, {self.lo:.3g}]" if self.below else f"<= {self.lo:.3g} ({self.open_lo})"
         hi = f"[{self.hi:.3g}, {self.above:.3g}]" if self.above else f">= {self.hi:.3g} ({self.open_hi})"
-        return f"lower edge {lo}, upper edge {hi}"
+        return f"lower edge {lo}, upper edge {hi}{self.gaps_text()}"
 
 
 def window(points: dict[float, float], learned: float, good: float, lo: float | None = None,

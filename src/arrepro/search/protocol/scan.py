@@ -16,6 +16,14 @@ def _seeds_at(ev: Evidence, lr: float) -> int:
     return next((ev.n(t) for t in ev.tried if decades(t, lr) <= LOG_EPS), 0)
 
 
+def scan_untried(spec: SearchSpec, ev: Evidence) -> list[float]:
+    """The scan's lattice points that no seed has tried (none where the search cannot scan:
+    ``scan_rounds`` 0, or every cell diverged, when it extends towards lower rates instead)."""
+    if not spec.scan_rounds or ev.all_diverged:
+        return []
+    return [p for p, _ in spec.scan_points() if not _seeds_at(ev, p)]
+
+
 def scan_round(spec: SearchSpec, ev: Evidence, left: int, k: int) -> tuple[list[tuple[float, int]], str]:
     """The ``k``-th scan round (k = 0, 1, ...), while nothing has learned on any seed. The scan
     points (``SearchSpec.scan_points``) lie in rings: ring 0 inside the start grid's span, ring r
