@@ -85,10 +85,6 @@ def _conv_width(call: dict) -> str | None:
     return None if 2 <= w <= 4 else f"conv width {w} outside causal-conv1d's 2..4"
 
 
-def _no_dropout(call: dict) -> str | None:
-    return f"dropout {call['dropout']} (the fused CPU attention has none)" if call["dropout"] else None
-
-
 @dataclass(frozen=True)
 class Kernel:
     """One kernel function: where it lives and what it accepts (see each entry's source lines)."""
@@ -97,17 +93,14 @@ class Kernel:
     attr: str
     fallback: str  # what runs instead, named in the reason
     half_only: bool = False  # refuses fp32 inputs (runs only in a bf16/fp16 run)
-    limits: tuple[Callable[[dict], str | None], ...] = ()  # each: the call's facts -> why not, or None
+    # each: the call's facts -> why not, or None. A fused CPU kernel states its limits in its own
+    # module instead (``outside_limits(call)``): only the cells that run it count that code
+    limits: tuple[Callable[[dict], str | None], ...] = ()
     min_capability: tuple[int, int] | None = None  # CUDA compute capability it needs
     bare_package: str | None = None  # import ``module`` without running this package's __init__
     call_keys: tuple[str, ...] = ()  # the facts ``limits`` read from the call
     device: str = "cuda"  # "cpu": a fused CPU kernel (arrepro.models.cpu_kernels), for CPU tensors, fp32/fp64
 
-
-# the longest sequence Hyena's fused CPU operator takes: its direct long convolution costs L^2 / 2
-# multiply-adds a channel, the FFTs' calls a fixed cost: a Hyena layer's forward and backward, fused
-# against the FFT path, width 64: 0.62 at L 64, 0.74 at 128, 0.90 at 256, 1.20 at 512 (docs/benchmarks.md)
-HYENA_DIRECT_MAX_LEN = 256
 
 KERNELS: dict[str, Kernel] = {
     # causal-conv1d 1.6.0 csrc/causal_conv1d.cpp, causal_conv1d_fwd (160-190) / causal_conv1d_bwd
@@ -156,7 +149,8 @@ KERNELS: dict[str, Kernel] = {
                                      call_keys=("head_dim",)),
     # Fused CPU kernels (numba; arrepro/models/cpu_kernels/<name>.py): every one compiles and checks
     # itself against a step-by-step recurrence on first use (its module's ``self_check``); where that
-    # fails (numba missing or broken, a wrong result) the portable path runs and the record says why
+    # fails (numba missing or broken, a wrong result) the portable path runs and the record says why.
+    # Their limits are their modules' (``outside_limits``), read only where a cell asks for the kernel
     "mamba_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mamba_cpu", "mamba",
                         "the portable chunked scan", device="cpu"),
     # the short depthwise causal conv (ops.ShortConv: Hyena, H3, Based, DeltaNet, attention + conv)
@@ -169,17 +163,15 @@ KERNELS: dict[str, Kernel] = {
     "mamba2_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mamba2_cpu", "mamba2",
                          "the portable chunked SSD scan", device="cpu"),
     # the Hyena operator up to the long filters (in_proj, short conv, gates, a direct long conv,
-    # out_proj); beyond the length its mixer sets, the FFT convolution costs less
+    # out_proj); beyond the length its module sets (hyena_cpu.MAX_LEN), the FFT convolution costs less
     "hyena_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.hyena_cpu", "hyena",
-                        "its parts' own paths with the FFT convolution",
-                        limits=(_at_most("length", HYENA_DIRECT_MAX_LEN, "length", "hyena_cpu's direct long convolution"),),
-                        call_keys=("length",), device="cpu"),
+                        "its parts' own paths with the FFT convolution", call_keys=("length",), device="cpu"),
     # a block's MLP (ops.MLP: fc1, GELU, out_proj) where its block is not compiled whole; fp32
     "mlp_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mlp_cpu", "mlp", "its layers and ATen's GELU",
                       device="cpu"),
     # causal softmax attention without dropout (the attention mixer's CPU path; SDPA with dropout)
     "attention_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.attention_cpu", "attention", "SDPA",
-                            limits=(_no_dropout,), call_keys=("dropout",), device="cpu"),
+                            call_keys=("dropout",), device="cpu"),
     # every linear layer of a model and its tied head (ops.Linear, ops.TiedHead): a matrix product
     # whose bits do not depend on the CPU, at ~3x the speed of MKL's pinned COMPATIBLE branch
     "linear_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.linear_cpu", "linear", "F.linear (MKL)", device="cpu"),
@@ -280,6 +272,19 @@ def _outside_limits(k: Kernel, call: dict) -> str | None:
     return None
 
 
+def _cpu_limits(k: Kernel, call: dict) -> str | None:
+    """Why the call is outside a fused CPU kernel's limits as its module states them (its
+    ``outside_limits(call)``, if it has one), with what runs instead; or None. A module that does not
+    import states none here: its self-check imports it next and records why it failed."""
+    try:
+        module = importlib.import_module(k.module)
+    except Exception:  # noqa: BLE001 - recorded by _cpu_kernel
+        return None
+    check = getattr(module, "outside_limits", None)
+    why = check(call) if check is not None else None
+    return f"{why}: {k.fallback}" if why else None
+
+
 def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, str | None, str]:
     k = KERNELS[name]
     if not kernels_enabled():
@@ -296,7 +301,7 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
         dtype = compute_dtype(x)
         if dtype not in CPU_DTYPES:
             return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} computes in fp32/fp64: {k.fallback}"
-        why = _outside_limits(k, call)  # before the self-check: a call outside the limits never needs the kernel
+        why = _cpu_limits(k, call)  # before the self-check: a call outside the limits never needs the kernel
         if why:
             return None, package, why
         fn, why = _cpu_kernel(name, dtype)

@@ -100,17 +100,18 @@ def die_with_parent() -> None:
 def check_code(spec: dict) -> None:
     """The cell's code, once imported, is the code the workflow planned the cell with
     (arrepro.planned.check_planned_code; nothing to check for a cell trained by hand)."""
-    from arrepro.config.catalogue import ROOT, train_sources
+    from arrepro.config.catalogue import ROOT, cell_sources
     from arrepro.planned import check_planned_code
     from arrepro.models import get_mixer
 
-    mixer = spec.get("model_def", {}).get("mixer") if isinstance(spec, dict) else None
+    model_def = spec.get("model_def") if isinstance(spec, dict) else None
+    mixer = model_def.get("mixer") if isinstance(model_def, dict) else None
     if isinstance(mixer, str):
         try:
             get_mixer(mixer)  # its module imported: the code that runs is the code checked
         except (KeyError, ValueError, ImportError):
             return  # (the trainer names an unknown mixer itself)
-        check_planned_code(paths=train_sources(mixer, ROOT, spec.get("device", "cpu")))
+        check_planned_code(paths=cell_sources(model_def, ROOT, spec.get("device", "cpu")))
 
 
 def _parser() -> argparse.ArgumentParser:

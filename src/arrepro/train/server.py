@@ -75,7 +75,8 @@ def _warm_up() -> None:
     for mixer in available_mixers():
         step = "its sources' digest"
         try:
-            source_digest(train_sources(mixer, repo), repo)
+            for mlp in (True, False):
+                source_digest(train_sources(mixer, repo, mlp=mlp), repo)
             model = LanguageModel(vocab_size=16, d_model=16, n_layers=2, max_len=8, mixer=mixer)
             compiled = [b for b in model.layers if b.fused is not None]
             # a block compiled whole (backbone.Block) trains here; the mixer's other models (whose
