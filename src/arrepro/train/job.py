@@ -140,7 +140,11 @@ def main(argv=None) -> None:
         from arrepro.train.client import run_via_server, why_not
 
         why = why_not(a.cell_json)
-        code = run_via_server(argv, log) if why is None else None
+        try:
+            code = run_via_server(argv, log) if why is None else None
+        except Exception:  # noqa: BLE001 - said in the job's own logs, not only on stderr
+            _traceback(log, f"{PROG}: error: the training server's client failed")
+            sys.exit(1)
         if code is not None:
             sys.exit(code)
         if why:
@@ -188,9 +192,15 @@ def _train(a: argparse.Namespace, log: JobLog) -> int:
         return 1
     except SystemExit as e:  # Preempted: a checkpoint after a signal
         return e.code if isinstance(e.code, int) else 1
-    except Exception:
-        for line in traceback.format_exc().rstrip().splitlines():
-            log(line)
-        print(traceback.format_exc(), file=sys.stderr, end="", flush=True)
+    except Exception:  # noqa: BLE001
+        _traceback(log)
         return 1
     return 0
+
+
+def _traceback(log: JobLog, headline: str | None = None) -> None:
+    """The exception being handled, its traceback, in the logs and on standard error."""
+    text = ((headline + ":\n") if headline else "") + traceback.format_exc()
+    for line in text.rstrip().splitlines():
+        log(line)
+    print(text, file=sys.stderr, end="", flush=True)
