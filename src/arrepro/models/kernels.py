@@ -149,8 +149,10 @@ KERNELS: dict[str, Kernel] = {
                                      call_keys=("head_dim",)),
     # Fused CPU kernels (numba; arrepro/models/cpu_kernels/<name>.py): every one compiles and checks
     # itself against a step-by-step recurrence on first use (its module's ``self_check``); where that
-    # fails (numba missing or broken, a wrong result) the portable path runs and the record says why.
-    # Their limits are their modules' (``outside_limits``), read only where a cell asks for the kernel
+    # fails (numba missing or broken, a wrong result) the portable path runs and the record says why;
+    # then at a module's first call, against that module's portable path at the call's shape
+    # (``CHECK_MODULE``). Their limits are their modules' (``outside_limits``), read only where a cell
+    # asks for the kernel
     "mamba_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mamba_cpu", "mamba",
                         "the portable chunked scan", device="cpu"),
     # the short depthwise causal conv (ops.ShortConv: Hyena, H3, Based, DeltaNet, attention + conv)
@@ -191,6 +193,10 @@ _functions: dict[str, Callable] = {}  # imported kernels
 _cpu_checked: dict[tuple, str | Exception] = {}  # (CPU kernel, dtype) -> its self-check's description, or its failure
 _overrides: dict[str, Callable] = {}  # test stand-ins (``override``)
 _decisions: dict[tuple, tuple[Callable | None, dict]] = {}  # (name, device, dtype, call, env, overrides)
+# inside ``portable()``: every module on its portable path; inside a module's check (``CHECK_MODULE``)
+_state = {"portable": False, "checking": False}
+# a fused CPU kernel checked against its module's portable path at the shapes a cell runs, at its first call
+CHECK_MODULE = "arrepro.models.cpu_kernels.check"
 
 
 def installed(name: str) -> str | None:
@@ -377,7 +383,10 @@ class KernelMixer(nn.Module):
     the facts they read from ``kernel_call``; ``forward_kernel`` gets the function from
     ``self.kernel_function()``. A subclass with a fused CPU kernel also sets ``cpu_kernel_name``:
     on CPU tensors that one is asked instead (unless a test overrides ``kernel_name``), and
-    ``forward_cpu_kernel`` runs it (``self.kernel_function(self.cpu_kernel_name)``)."""
+    ``forward_cpu_kernel`` runs it (``self.kernel_function(self.cpu_kernel_name)``), once it matches
+    the module's own ``forward_portable`` at the call's shape (``CHECK_MODULE``: checked at the
+    module's first call with that shape; a boolean argument, a block's kept rows, goes with x's
+    batch). Inside ``portable()`` every module runs ``forward_portable``."""
     kernel_name: str
     cpu_kernel_name: str | None = None
 
@@ -394,12 +403,16 @@ class KernelMixer(nn.Module):
 
     def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
         """``args`` (none for a mixer) go to the path that runs, after ``x``."""
+        if _state["portable"]:
+            return self.forward_portable(x, *args)
         name = self.kernel_name
         if self.cpu_kernel_name and x.device.type == "cpu" and name not in _overrides:
             name = self.cpu_kernel_name
         if KERNELS[name].device == "cpu" and x.device.type != "cpu" and name not in _overrides:
             return self.forward_fallback(x, *args)  # a module with a CPU kernel only (ops.Linear) off the CPU: nothing to record
         fn, record = choose(name, x, **self.kernel_call(x))
+        if fn is not None and KERNELS[name].device == "cpu" and name not in _overrides and not _state["checking"]:
+            fn, record = importlib.import_module(CHECK_MODULE).checked(self, name, x, args, fn, record)
         op = f"{self.op_name}.{name}"
         self.__dict__.setdefault("_kernel_paths", {})[op, record["path"]] = record
         if fn is None:
@@ -410,6 +423,16 @@ class KernelMixer(nn.Module):
         """What runs where the kernel does not: the portable path; a mixer whose parts choose their
         own kernels (Hyena's short conv and linear layers) runs those parts' choices instead."""
         return self.forward_portable(x, *args)
+
+
+@contextlib.contextmanager
+def portable():
+    """Every ``KernelMixer`` runs its portable path inside (a fused kernel's check's reference)."""
+    saved, _state["portable"] = _state["portable"], True
+    try:
+        yield
+    finally:
+        _state["portable"] = saved
 
 
 def paths_used(model: nn.Module, earlier: list[dict] = ()) -> list[dict]:
