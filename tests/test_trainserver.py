@@ -382,3 +382,23 @@ def test_a_job_whose_server_drops_it_says_why_in_its_own_log(data, tmp_path):
         assert "the training server closed the connection before it started the cell" in log and "asking again" in log, log
         assert re.search(r"before it started the cell .*: training in this process", log), log
     assert (out / "result.json").exists()
+
+
+def test_a_warm_up_step_that_computes_for_long_still_shows_progress_and_a_hung_one_does_not(capsys):
+    """The server's log gets a line every HEARTBEAT_SECONDS in which its warm-up used CPU (a kernel
+    that compiles for minutes on a loaded machine), none while it uses none (hung): the jobs that
+    wait for it go by that log (client.START_SECONDS of silence: given up)."""
+    from arrepro.train import server
+
+    with server._heartbeat(every=0.1):
+        server._say("a long step")
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.5:
+            pass
+    busy = capsys.readouterr().out
+    with server._heartbeat(every=0.1):
+        server._say("a hung step")
+        time.sleep(0.5)
+    hung = capsys.readouterr().out
+    assert busy.count("warm-up: still at a long step") >= 2, busy
+    assert "still at" not in hung, hung

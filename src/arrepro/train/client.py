@@ -22,9 +22,9 @@ from arrepro.config.paths import PACKAGE_ROOT, REPO_ROOT
 ENV = "ARREPRO_TRAIN_SERVER"  # 0 (false, no, off): every job trains in its own process
 IDLE_ENV = "ARREPRO_TRAIN_SERVER_IDLE"  # seconds an idle server waits before it exits (tests: a few)
 IDLE_SECONDS = 120
-# a starting server that writes nothing to its log (a line each warm-up step) for this long is given up;
-# one that goes on writing is waited for (a fresh clone's first start compiles the fused kernels: minutes,
-# over 10 on a loaded machine)
+# a starting server that writes nothing to its log (a line each warm-up step, and every 30 s in which
+# it used CPU: server._heartbeat) for this long is given up; one that goes on writing is waited for (a
+# fresh clone's first start compiles the fused kernels: minutes, over 10 on a loaded machine)
 START_SECONDS = 600
 WAIT_REPORT_SECONDS = 60  # a waiting job says so this often
 IMPORT_ENV = ("PYTHONPATH", "ARREPRO_CPU_KERNEL_ISA", IDLE_ENV)  # and every NUMBA_* variable

@@ -51,8 +51,41 @@ from arrepro.train.client import FORWARDED, IDLE_ENV, IDLE_SECONDS, _address, _r
 
 
 # ------------------------------------------------------------------------------------- the server
+_step = ["starting"]  # the warm-up step under way (``_say``), for the heartbeat
+HEARTBEAT_SECONDS = 30
+
+
 def _say(line: str) -> None:
+    _step[0] = line
     print(f"warm-up: {line}", flush=True)
+
+
+@contextlib.contextmanager
+def _heartbeat(every: float = HEARTBEAT_SECONDS):
+    """While the warm-up runs, a line in the log every ``every`` seconds in which it used CPU (2% of a
+    core or more: a step
+    that compiles for minutes on a loaded machine still shows progress; a hung one goes quiet, and
+    the jobs waiting for it give up: arrepro.train.client). The thread has ended when this returns
+    (the server forks its children later)."""
+    import threading
+
+    done = threading.Event()
+
+    def beat():
+        last = sum(os.times()[:2])
+        while not done.wait(every):
+            now = sum(os.times()[:2])
+            if now - last > max(0.02 * every, 0.02):  # (2% of a core at least: more than this thread's own ticks)
+                print(f"warm-up: still at {_step[0]} ({now:.0f} CPU-seconds so far)", flush=True)
+            last = now
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _warm_up(say=_say) -> None:
@@ -164,7 +197,8 @@ def serve(key: str) -> None:
     """Warm up, listen, fork a child per request, tell each client its child's pid and exit
     status; SIGTERM a child whose client has gone; exit when idle for ``IDLE_SECONDS`` (or
     ``ARREPRO_TRAIN_SERVER_IDLE``)."""
-    _warm_up()
+    with _heartbeat():
+        _warm_up()
     idle = float(os.environ.get(IDLE_ENV) or IDLE_SECONDS)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(_address(key))
