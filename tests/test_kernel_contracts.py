@@ -79,7 +79,7 @@ def expected(mixer, precision, length):
     if kernels.KERNELS[name].device == "cpu":
         if precision != "fp32":
             return "portable", f"{precision} run: {name} computes in fp32/fp64"
-        limit = kernels.HYENA_DIRECT_MAX_LEN
+        from arrepro.models.cpu_kernels.hyena_cpu import MAX_LEN as limit
         if length > limit:
             return "portable", f"length {length} > {name}'s direct long convolution's limit {limit}"
         return "kernel", "self-checked"

@@ -331,3 +331,83 @@ def test_a_pure_move_and_an_edit_of_code_no_rule_runs_change_no_other_digest(cop
     finally:
         for p, text in saved.items():
             p.write_text(text)
+
+
+def cell_digests(root: Path) -> dict[tuple[str, str], str]:
+    """The code digest of a cell of every model of config.yaml, on the CPU and on a GPU, as the
+    train rule, the checkpoint's fingerprint and the job's check take it (catalogue.cell_sources)."""
+    import yaml
+
+    from arrepro.config.catalogue import cell_sources
+
+    models = yaml.safe_load((ROOT / "config.yaml").read_text())["models"]
+    return {(name, device): source_digest(cell_sources(m, root, device), root)
+            for name, m in models.items() for device in ("cpu", "cuda")}
+
+
+# an edit of code only some cells run: (file, old, new, which cells it must rerun: (model, device) -> bool)
+CPU_KERNEL_EDITS = [
+    # Hyena's fused operator's length limit (issue 55: it lived in models/kernels.py, which every cell
+    # loads, and reran every cell of every mixer, on the GPU too): Hyena's CPU cells only
+    ("src/arrepro/models/cpu_kernels/hyena_cpu.py", "MAX_LEN = 256", "MAX_LEN = 128",
+     lambda model, device, m: device == "cpu" and m["mixer"] == "hyena"),
+    # the MLP's kernel (issue 55: it reran Mamba's and Mamba2's cells, which have no MLP): the CPU
+    # cells of the models with an MLP only
+    ("src/arrepro/models/cpu_kernels/mlp_cpu.py", "def self_check(", "_AN_EDIT = 1\n\n\ndef self_check(",
+     lambda model, device, m: device == "cpu" and m.get("mlp", True) is not False),
+    # the compiled attention block (it runs only in a block with an MLP): attention's CPU cells with one
+    ("src/arrepro/models/cpu_kernels/block_cpu.py", "def self_check(", "_AN_EDIT = 1\n\n\ndef self_check(",
+     lambda model, device, m: device == "cpu" and m["mixer"] == "attention" and m.get("mlp", True) is not False),
+    # code every CPU cell runs where a model asks for a fused CPU kernel: every CPU cell, no GPU cell
+    ("src/arrepro/models/cpu_kernels/linear_cpu.py", "def self_check(", "_AN_EDIT = 1\n\n\ndef self_check(",
+     lambda model, device, m: device == "cpu"),
+    # code every cell runs (the choice of a CPU kernel's limits, in models/kernels.py): every cell
+    ("src/arrepro/models/kernels.py", 'getattr(module, "outside_limits", None)', 'getattr(module, "outside_limit", None)',
+     lambda model, device, m: True),
+]
+
+
+@pytest.mark.parametrize("module, old, new, reruns", CPU_KERNEL_EDITS, ids=[e[0].rsplit("/", 1)[1] for e in CPU_KERNEL_EDITS])
+def test_a_cells_digest_counts_the_code_its_device_and_model_run(copy, module, old, new, reruns):
+    """Issue 55: an edit of a CPU kernel's limit changed the code digest of every cell of every
+    mixer, on the CPU and on the GPU (a whole paper grid retrained on a cluster for a constant no GPU
+    cell reads), and an edit of mlp_cpu.py reran the cells of models without an MLP. A cell's digest
+    counts the code its device and model run: each edit reruns exactly the cells that run it."""
+    import yaml
+
+    models = yaml.safe_load((ROOT / "config.yaml").read_text())["models"]
+    base = cell_digests(copy)
+    path = copy / module
+    original = path.read_text()
+    assert old in original, module
+    try:
+        path.write_text(original.replace(old, new, 1))
+        changed = {k for k, v in cell_digests(copy).items() if v != base[k]}
+    finally:
+        path.write_text(original)
+    want = {(name, device) for name, device in base if reruns(name, device, models[name])}
+    assert want, module  # (the edit reaches some cell)
+    assert changed == want, (sorted(changed - want), sorted(want - changed))
+
+
+def test_the_rule_the_checkpoint_and_the_job_take_one_list_of_a_cells_sources(monkeypatch):
+    """The train rule's digest (common.smk's train_code), the checkpoint's fingerprint
+    (train.prepare.fingerprint) and the job's check of its planned code (train.job.check_code) read
+    a cell's sources through catalogue.cell_sources: a job of a model without an MLP finds the list
+    the workflow planned it with (a list of its own would leave its check of its code unmade)."""
+    import json as _json
+
+    from arrepro.config.catalogue import cell_sources
+    from arrepro.planned import PLANNED, CodeChanged
+    from arrepro.train import job
+
+    assert "sources_key(GRID.models[model])" in (ROOT / "workflow/rules/common.smk").read_text()
+    assert "code=lambda wc: train_code(wc.model)" in (ROOT / "workflow/rules/train.smk").read_text()
+    model_def = {"mixer": "mamba", "position": "none", "mlp": False, "mixer_kwargs": {"d_state": 16}}
+    paths = cell_sources(model_def, ROOT, "cpu")
+    assert "src/arrepro/models/cpu_kernels/mlp_cpu.py" not in paths
+    # planned with a digest the sources no longer have: the job must stop
+    record = {"root": str(ROOT), "groups": {"\0".join(paths): "0" * 16}, "files": {}}
+    monkeypatch.setenv(PLANNED, _json.dumps(record))
+    with pytest.raises(CodeChanged):
+        job.check_code({"model_def": model_def, "device": "cpu"})

@@ -85,3 +85,39 @@ def test_a_run_of_many_jobs_keeps_one_wake_up(tmp_path):
     shipped, fixed = _threads_at_the_end(tmp_path, False, n), _threads_at_the_end(tmp_path, True, n)
     assert shipped >= fixed + n // 2, (shipped, fixed)
     assert fixed < n // 2, fixed
+
+
+def test_a_shorter_wake_up_asked_later_fires_at_its_time():
+    """Issue 55: a pending 3 s wake-up dropped a 0.2 s one asked after it (the scheduler then slept
+    3 s). The pending timer is the one due first: the 0.2 s one fires at its time, once, and the 3 s
+    one it replaced does not fire as well; a longer one asked while a shorter is pending adds none."""
+    s = _Scheduler()
+    internals._schedule_reevaluation(s, 3.0)
+    internals._schedule_reevaluation(s, 0.2)
+    internals._schedule_reevaluation(s, 5.0)  # due after the pending one: nothing to add
+    time.sleep(0.7)
+    assert _wake_ups(s) == 1
+    time.sleep(3.0)
+    assert _wake_ups(s) == 0
+
+
+def test_a_fix_that_cannot_be_installed_says_so_on_stderr(monkeypatch, capsys):
+    """Issue 55: on a Snakemake 9.x whose scheduler had no ``_schedule_reevalutation`` (renamed) the
+    fix returned False and the Snakefile, which ignores the return, said nothing. Now a method that
+    is missing, or takes other arguments, is named on stderr; the fix is not installed."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    monkeypatch.setattr(internals, "_WARNED", set())
+    monkeypatch.delattr(JobScheduler, "_schedule_reevalutation")
+    assert internals.install_one_reevaluation() is False
+    err = capsys.readouterr().err
+    assert "JobScheduler._schedule_reevalutation is not there (renamed or removed)" in err, err
+    assert "the scheduler's fix" in err, err
+    assert not hasattr(JobScheduler, "_schedule_reevalutation")
+
+    monkeypatch.setattr(internals, "_WARNED", set())
+    monkeypatch.setattr(JobScheduler, "_schedule_reevalutation", lambda self, delay, why: None, raising=False)
+    assert internals.install_one_reevaluation() is False
+    err = capsys.readouterr().err
+    assert "takes (self, delay, why), not (self, delay)" in err, err
+    assert JobScheduler._schedule_reevalutation is not internals._schedule_reevaluation

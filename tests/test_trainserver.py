@@ -1,12 +1,14 @@
 """The training server (arrepro.train.server): a cell trained by the train rule's command through it
 has the numbers of the same cell trained in its own process, alone or beside another cell; a
 signal to the job reaches the cell (checkpoint, exit 3), and a job killed outright stops its cell."""
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -254,3 +256,149 @@ def test_a_killed_child_is_named_in_the_jobs_log_with_its_signal(data, tmp_path)
                      r"signal 9 \(SIGKILL\)", rest), rest
     assert "killed by signal 9 (SIGKILL)" in (out / "train.log").read_text()
     assert not (out / "result.json").exists()
+
+
+STANDIN = '''
+import os, socket, sys, time
+from arrepro.train.client import _address
+key, mode = sys.argv[1], os.environ["STANDIN_MODE"]
+with open(os.environ["STANDIN_STARTS"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+if mode == "silent":  # warms up without a word, for ever
+    time.sleep(120)
+    sys.exit(0)
+for i in range(int(os.environ.get("STANDIN_STEPS", "0"))):  # a warm-up step a line, as the server's
+    print(f"warm-up: step {i}", flush=True)
+    time.sleep(0.3)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(_address(key))
+s.listen(8)
+s.settimeout(0.5)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    try:
+        conn, _ = s.accept()
+    except socket.timeout:
+        continue
+    conn.close()  # every connection closed before a cell starts (an idle server exiting as a job connects)
+'''
+
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    """A stand-in for the server (``STANDIN``) that the client starts: its starts counted in a file;
+    the client gives up a silent start after 1 s and says it waits every second."""
+    from arrepro.train import client
+
+    (tmp_path / "standin_server.py").write_text(STANDIN)
+    monkeypatch.setattr(client, "SERVER_MODULE", "standin_server")
+    monkeypatch.setattr(client, "START_SECONDS", 1)
+    monkeypatch.setattr(client, "WAIT_REPORT_SECONDS", 1, raising=False)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{ROOT / 'src'}")
+    monkeypatch.setenv("STANDIN_STARTS", str(tmp_path / "starts"))
+    key = f"test-standin-{os.getpid()}-{tmp_path.name}"
+    yield client, key, tmp_path / "starts"
+    for line in (tmp_path / "starts").read_text().split() if (tmp_path / "starts").exists() else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(line), signal.SIGKILL)
+    for ext in ("lock", "log", "starting", "failed"):
+        client._side_file(key, ext).unlink(missing_ok=True)
+
+
+def test_a_job_waits_for_a_server_that_is_warming_up_and_starts_no_second(standin, monkeypatch):
+    """Issue 55: a job waiting for a server that warmed up for longer than 600 s gave up, and the next
+    job started a second server for the same code. Now the starting server's pid is noted: a job
+    that comes while it warms up says so in its log and waits for it, for as long as its log goes
+    on growing (here 3 s of warm-up against a 1 s limit of silence), and no job starts another."""
+    client, key, starts = standin
+    monkeypatch.setenv("STANDIN_MODE", "listen")
+    monkeypatch.setenv("STANDIN_STEPS", "10")
+    said = {"first": [], "second": []}
+    got = {}
+
+    def job(name):
+        sock = client._start(key, said[name].append)
+        got[name] = sock is not None
+        if sock is not None:
+            sock.close()
+
+    first = threading.Thread(target=job, args=("first",))
+    first.start()
+    time.sleep(0.6)
+    second = threading.Thread(target=job, args=("second",))
+    second.start()
+    first.join(60)
+    second.join(60)
+    assert got == {"first": True, "second": True}, said
+    assert len(starts.read_text().split()) == 1, said
+    assert any("started a training server" in line for line in said["first"]), said
+    assert not any("started a training server" in line for line in said["second"]), said
+    assert any("is warming up: waiting for it" in line and "warm-up: step" in line for line in said["second"]), said
+    assert any("still waiting for the training server" in line for line in said["first"] + said["second"]), said
+
+
+def test_a_server_that_starts_without_a_word_is_given_up_saying_why(standin, monkeypatch):
+    """A starting server that writes nothing to its log for START_SECONDS is given up: the job says
+    so (and trains in its own process); the next job does the same at once, without starting a second."""
+    client, key, starts = standin
+    monkeypatch.setenv("STANDIN_MODE", "silent")
+    said = []
+    t0 = time.monotonic()
+    assert client._start(key, said.append) is None
+    assert time.monotonic() - t0 < 30
+    assert "has written nothing to its log for" in said[-1] and said[-1].endswith("training in this process"), said
+    said.clear()
+    assert client._start(key, said.append) is None
+    assert len(starts.read_text().split()) == 1, said
+    assert "is warming up: waiting for it" in said[0] and "has written nothing to its log" in said[-1], said
+
+
+def test_a_job_whose_server_drops_it_says_why_in_its_own_log(data, tmp_path):
+    """Issue 55: a job whose server closed the connection before the cell started (an idle server
+    exiting as it connected) exited 1 with nothing in its job.log and train.log but "started a
+    training server". Now it asks again, then trains in its own process, each step said in its logs."""
+    env = {**ENV, "ARREPRO_TRAIN_SERVER_IDLE": "7"}  # a key of this test's own
+    key = subprocess.run([sys.executable, "-c", "from arrepro.train.client import server_key; print(server_key())"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "standin_server.py").write_text(STANDIN)
+    server = subprocess.Popen([sys.executable, "-m", "standin_server", key],
+                              env={**env, "PYTHONPATH": f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}",
+                                   "STANDIN_MODE": "drop", "STANDIN_STARTS": str(tmp_path / "starts")})
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "starts").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # (listening)
+        out = tmp_path / "cell"
+        out.mkdir()
+        cmd = [sys.executable, str(ROOT / "scripts" / "train_cell.py"), "--cell-json", json.dumps(spec(MAMBA, 0, epochs=1)),
+               "--data", str(data), "--out", str(out), "--threads", "1", "--train-log", str(out / "train.log"), "--server"]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        server.kill()
+        server.wait()
+    assert p.returncode == 0, p.stdout + p.stderr
+    for log in (p.stdout, (out / "train.log").read_text()):
+        assert "the training server closed the connection before it started the cell" in log and "asking again" in log, log
+        assert re.search(r"before it started the cell .*: training in this process", log), log
+    assert (out / "result.json").exists()
+
+
+def test_a_warm_up_step_that_computes_for_long_still_shows_progress_and_a_hung_one_does_not(capsys):
+    """The server's log gets a line every HEARTBEAT_SECONDS in which its warm-up used CPU (a kernel
+    that compiles for minutes on a loaded machine), none while it uses none (hung): the jobs that
+    wait for it go by that log (client.START_SECONDS of silence: given up)."""
+    from arrepro.train import server
+
+    with server._heartbeat(every=0.1):
+        server._say("a long step")
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.5:
+            pass
+    busy = capsys.readouterr().out
+    with server._heartbeat(every=0.1):
+        server._say("a hung step")
+        time.sleep(0.5)
+    hung = capsys.readouterr().out
+    assert busy.count("warm-up: still at a long step") >= 2, busy
+    assert "still at" not in hung, hung

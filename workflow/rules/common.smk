@@ -16,7 +16,7 @@ from arrepro.report import blocks
 from arrepro.train import runfile
 from arrepro.digest import source_digest
 from arrepro.planned import record_planned
-from arrepro.config.catalogue import script_sources, train_sources
+from arrepro.config.catalogue import script_sources, sources_key, train_sources
 from arrepro.config.cellfiles import METRICS, RESULT
 from arrepro.config.checks import load_grid
 from arrepro.config.grid import CELL_PATTERN, ConfigError, Setting, identity, one_of
@@ -73,11 +73,16 @@ def script_code(script, *extra):
     return code(*script_sources(script, ROOT), *extra)
 
 
+def train_code(model):
+    """The code digest of a cell of this model on this scale's device (once per mixer and MLP or
+    none, not per cell: arrepro.config.catalogue.sources_key; a GPU scale's leaves the fused CPU
+    kernels out, a model without an MLP the kernels only an MLP runs: catalogue.train_sources)."""
+    return _train_code(*sources_key(GRID.models[model]))
+
+
 @functools.lru_cache(maxsize=None)
-def train_code(mixer):
-    """The code digest of a cell of this mixer on this scale's device (once per mixer, not per
-    cell; a GPU scale's leaves the fused CPU kernels out: arrepro.config.catalogue.train_sources)."""
-    return code(*train_sources(mixer, ROOT, GRID.device))
+def _train_code(mixer, mlp):
+    return code(*train_sources(mixer, ROOT, GRID.device, mlp))
 
 
 def missing_cell_files():
@@ -122,10 +127,6 @@ def missing_final_plans():
 
 def cell_results(cells):
     return [f"{c.path}/{RESULT}" for c in cells]
-
-
-def mixer_of(wc):
-    return GRID.models[wc.model]["mixer"]
 
 
 def figure_inputs(wc):

@@ -1,7 +1,7 @@
 # Stage 2: one job per cell (task, model, width, layers, recipe, lr, seed).
 # The code digest of a cell's sources (scripts/train_cell.py, the package modules it imports, the
-# mixer and its CPU kernel: arrepro.config.catalogue.train_sources) is a param: a code edit in a mixer
-# reruns only its cells, a comment edit nothing.
+# mixer and the CPU kernels its model runs: arrepro.config.catalogue.train_sources) is a param: a code
+# edit in a mixer reruns only its cells, a comment edit nothing.
 
 
 
@@ -20,7 +20,7 @@ rule train:
     input:
         **data_files("{task}"),  # train, test
     params:
-        code=lambda wc: train_code(mixer_of(wc)),
+        code=lambda wc: train_code(wc.model),
         cell=lambda wc: json.dumps(identity(GRID.cell_spec(**wc)), sort_keys=True),  # the config's key order changes nothing
         out=CELL_PATTERN,
         # this run's file (its onstart writes it): whether the run forces the cell to start over (in

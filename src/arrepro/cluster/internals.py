@@ -34,8 +34,9 @@ The rest of the package and the rule files use Snakemake's API only.
   wake included: every job that ends adds a chain of passes, one a second, that never stops, each
   pass over every ready job. In the demo (440 cells, 610 jobs) its main process held 127 threads,
   then 189 five seconds later, and had used 461 CPU-seconds 41 minutes into the run, most of them
-  in those passes (docs/history/demo.md). ``_schedule_reevaluation`` keeps one timer pending at most: a
-  pass within the timespan after any pass, as Snakemake intends, and no more.
+  in those passes (docs/history/demo.md). ``_schedule_reevaluation`` keeps one timer pending at most,
+  the one due first (a shorter wake-up asked later replaces a longer one): a pass within the
+  timespan after any pass, as Snakemake intends, and no more.
 * ``recorded_jobs``: the jobs a finished run recorded (Snakemake's file persistence,
   ``.snakemake/metadata``), read by the run's cost report (arrepro.cluster.runcost).
 """
@@ -47,6 +48,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -63,10 +65,8 @@ def checked(what: str) -> bool:
 
     if snakemake.__version__.startswith(CHECKED):
         return True
-    if what not in _WARNED:
-        _WARNED.add(what)
-        print(f"arrepro: Snakemake {snakemake.__version__} is not one {__spec__.name} was checked against "
-              f"({', '.join(CHECKED)}x): {what}", file=sys.stderr)
+    _warn(what, f"Snakemake {snakemake.__version__} is not one {__spec__.name} was checked against "
+                f"({', '.join(CHECKED)}x)")
     return False
 
 
@@ -176,46 +176,77 @@ def _update_group_components(self) -> None:
         group.finalize()
 
 
+def _warn(what: str, why: str) -> None:
+    """Say once, on stderr, that ``what`` stays as Snakemake does it, and why."""
+    if what not in _WARNED:
+        _WARNED.add(what)
+        print(f"arrepro: {why}: {what}", file=sys.stderr)
+
+
 def _install(owner, name: str, replacement, what: str) -> bool:
-    """Replace the method ``owner.name`` by ``replacement`` (once); False, with a warning on
-    stderr saying ``what`` then stays as Snakemake does it, on an unchecked Snakemake."""
+    """Replace the method ``owner.name`` by ``replacement`` (once). False, with a warning on stderr
+    saying that ``what`` then stays as Snakemake does it and why: an unchecked Snakemake, or one
+    whose ``owner`` has no method ``name`` (renamed, removed) or one taking other arguments than
+    ``replacement`` (its callers would break)."""
     if getattr(owner, name, None) is replacement:
         return True
-    if not checked(what) or not hasattr(owner, name):
+    if not checked(what):
+        return False
+    import snakemake
+
+    where = f"Snakemake {snakemake.__version__}'s {owner.__name__}.{name}"
+    original = getattr(owner, name, None)
+    if not callable(original):
+        _warn(what, f"{where} is not there (renamed or removed), so it was not replaced")
+        return False
+    try:
+        theirs = list(inspect.signature(original).parameters)
+    except (TypeError, ValueError):
+        theirs = None
+    ours = list(inspect.signature(replacement).parameters)
+    if theirs != ours:
+        _warn(what, f"{where} takes ({', '.join(theirs or ['?'])}), not ({', '.join(ours)}), so it was not replaced")
         return False
     setattr(owner, name, replacement)
     return True
 
 
 def install_group_components() -> bool:
-    """The Slurm bundles' fix (module docstring); False on an unchecked Snakemake."""
+    """The Slurm bundles' fix (module docstring); False where it cannot be installed (said on stderr)."""
     from snakemake.dag import DAG
 
     return _install(DAG, "_update_group_components", _update_group_components,
                     "the group-components workaround: bundles of Slurm jobs are as Snakemake forms them")
 
 
-_REEVALUATION = threading.Lock()  # guards each scheduler's pending flag (its timer's thread and the scheduler's)
+_REEVALUATION = threading.Lock()  # guards each scheduler's pending timer (its timer's thread and the scheduler's)
 
 
 def _schedule_reevaluation(self, delay) -> None:
-    """Snakemake's JobScheduler._schedule_reevalutation, with one timer pending at most: a timer
-    that has not yet fired already wakes the scheduler within ``delay``."""
+    """Snakemake's JobScheduler._schedule_reevalutation, with one timer pending at most: the one due
+    first. A pending timer due within ``delay`` already wakes the scheduler in time; one due later
+    (a 3 s wake-up, then a 0.2 s one asked) is cancelled for a timer due after ``delay``."""
+    due = time.monotonic() + delay
     with _REEVALUATION:
-        if getattr(self, "_arrepro_pending", False):
+        pending = getattr(self, "_arrepro_timer", None)
+        if pending is not None and self._arrepro_due <= due:
             return
-        self._arrepro_pending = True
+        if pending is not None:
+            pending.cancel()  # (one that fires while it is cancelled only wakes the scheduler once more)
 
-    def fire():
-        with _REEVALUATION:
-            self._arrepro_pending = False
-        self._open_jobs.release()
+        def fire():
+            with _REEVALUATION:
+                if self._arrepro_timer is timer:
+                    self._arrepro_timer = None
+            self._open_jobs.release()
 
-    threading.Timer(delay, fire).start()
+        timer = threading.Timer(delay, fire)
+        self._arrepro_timer, self._arrepro_due = timer, due
+        timer.start()
 
 
 def install_one_reevaluation() -> bool:
-    """The scheduler's fix (module docstring); False on an unchecked Snakemake."""
+    """The scheduler's fix (module docstring); False where it cannot be installed (said on stderr)."""
     from snakemake.scheduling.job_scheduler import JobScheduler
 
     return _install(JobScheduler, "_schedule_reevalutation", _schedule_reevaluation,

@@ -8,9 +8,9 @@ from __future__ import annotations
 import ast
 import functools
 import os
-import re
 from pathlib import Path
 
+from arrepro.config import defaults
 from arrepro.config.paths import PACKAGE_ROOT, REPO_ROOT
 from arrepro.digest import PACKAGE, parse, reached
 
@@ -117,7 +117,7 @@ def data_sources(root: str | Path = ".") -> list[str]:
     return script_sources(DATA_SCRIPT, root)
 
 
-def train_sources(mixer: str, root: str | Path = ".", device: str = "cpu") -> list[str]:
+def train_sources(mixer: str, root: str | Path = ".", device: str = "cpu", mlp: bool = True) -> list[str]:
     """Source files (relative to the repository root) that shape a cell of this mixer: the one
     definition of a cell's code. The train rule records their code digest as a param and a
     checkpoint records it in its fingerprint: a checkpoint is resumed only if they are unchanged,
@@ -126,20 +126,61 @@ def train_sources(mixer: str, root: str | Path = ".", device: str = "cpu") -> li
     What the rule's script (scripts/train_cell.py) imports (``script_sources``), and the two
     modules that the package imports by name rather than by an import statement: the mixer's own
     file (``models.registry.get_mixer``), with what it imports (a sibling mixer's base class,
-    ...), and the fused CPU kernels a mixer file names (``cpu_kernel_name = "k"``, and
-    ``block_cpu_kernel_name = "k"`` for its block: models/cpu_kernels/k.py, loaded by
-    ``models.kernels``), with what they import; a kernel another mixer file names does not count
-    where the mixer's own file sets that attribute to None (a subclass that does not run its base
-    class's kernel: Gated DeltaNet).
+    ...), and the fused CPU kernels a model file names (``cpu_kernel_name = "k"`` in a class of a
+    mixer file or ops.py, and ``block_cpu_kernel_name = "k"`` for its block: models/cpu_kernels/k.py,
+    loaded by ``models.kernels``), with what they import; a kernel another mixer file names does not
+    count where the mixer's own file sets that attribute to None (a subclass that does not run its
+    base class's kernel: Gated DeltaNet).
 
     ``device``: the cell's (its scale's ``device``). A fused CPU kernel runs on CPU tensors only
     (``models.kernels``), so a ``cuda`` cell's sources leave them out: an edit of a CPU kernel
     reruns the CPU cells, not the GPU grid. ``cpu`` and ``auto`` (which may train on the CPU)
-    keep them."""
-    return list(_train_sources(mixer, str(root), device != "cuda"))
+    keep them. ``mlp``: whether the cell's model has an MLP (its ``mlp``; ``cell_sources`` reads it);
+    without one, the kernels that only a model with an MLP runs (``MLP_ONLY``) do not count, unless
+    a kernel that counts imports them."""
+    return list(_train_sources(mixer, str(root), device != "cuda", bool(mlp)))
 
 
-def _train_sources(mixer: str, root: str, cpu_kernels: bool = True) -> tuple[str, ...]:
+def sources_key(model_def: dict) -> tuple[str, bool]:
+    """What of a model (a config's ``models`` entry, or a cell spec's ``model_def``) decides its
+    cells' sources: its mixer, and whether it has an MLP (``defaults.MODEL``'s where it does not say)."""
+    m = defaults.model(model_def)
+    return m["mixer"], m["mlp"] is not False
+
+
+def cell_sources(model_def: dict, root: str | Path = ".", device: str = "cpu") -> list[str]:
+    """``train_sources`` of a cell of the model ``model_def`` on ``device`` (``sources_key``)."""
+    mixer, mlp = sources_key(model_def)
+    return train_sources(mixer, root, device, mlp)
+
+
+# what only a model with an MLP runs, as (class, attribute) of a kernel's declaration (None: any
+# class): a block compiled whole (backbone.Block compiles a block with an MLP only) and the MLP's
+# own kernel (ops.MLP: backbone.LanguageModel builds one only for a model with an MLP)
+MLP_ONLY = ((None, "block_cpu_kernel_name"), ("MLP", "cpu_kernel_name"))
+KERNEL_ATTRIBUTES = ("cpu_kernel_name", "block_cpu_kernel_name")
+
+
+@functools.lru_cache(maxsize=None)
+def _declared_kernels(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str, str], ...]:
+    """(class, attribute, kernel or "" for None) of each kernel a class body of the file names
+    (``KERNEL_ATTRIBUTES``), read with ``ast``."""
+    out = []
+    for cls in ast.walk(ast.parse(Path(path).read_text(), filename=path)):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for stmt in cls.body:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] \
+                if isinstance(stmt, ast.AnnAssign) and stmt.value is not None else []
+            value = getattr(stmt, "value", None)
+            if not (isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, str))):
+                continue
+            out += [(cls.name, t.id, value.value or "") for t in targets
+                    if isinstance(t, ast.Name) and t.id in KERNEL_ATTRIBUTES]
+    return tuple(out)
+
+
+def _train_sources(mixer: str, root: str, cpu_kernels: bool = True, mlp: bool = True) -> tuple[str, ...]:
     module = f"{PACKAGE}.models.mixers.{mixer}"
     starts = [(TRAIN_SCRIPT, None)]
     path = _module_file(root, module)
@@ -147,18 +188,22 @@ def _train_sources(mixer: str, root: str, cpu_kernels: bool = True) -> tuple[str
         starts.append((path, module))
     if not cpu_kernels:
         return _sources(root, tuple(starts))
-    # a fused CPU kernel named by a model file (a mixer, ops.py): (attribute, kernel or "" for None)
-    # per file; the mixer's own file may set an attribute to None: a subclass that does not run the
-    # kernel its base class in another mixer file names (Gated DeltaNet, DeltaNet's)
-    declared = re.compile(r'^\s*((?:block_)?cpu_kernel_name) = (?:"(\w+)"|None)', re.M)
-    names = {f: declared.findall((Path(root) / f).read_text())
-             for f in _sources(root, tuple(starts)) if f.startswith(f"{PACKAGE_DIR}/models/")}
-    opted_out = {attr for attr, name in names.get(path, ()) if not name}
+    # a fused CPU kernel named by a model file (a mixer, ops.py): (class, attribute, kernel or "" for
+    # None) per file; the mixer's own file may set an attribute to None: a subclass that does not run
+    # the kernel its base class in another mixer file names (Gated DeltaNet, DeltaNet's)
+    names = {}
+    for f in _sources(root, tuple(starts)):
+        if f.startswith(f"{PACKAGE_DIR}/models/"):
+            st = os.stat(os.path.join(root, f))
+            names[f] = _declared_kernels(os.path.join(root, f), st.st_mtime_ns, st.st_size)
+    opted_out = {attr for _, attr, name in names.get(path, ()) if not name}
     named = []
     for f, found in names.items():
         other_mixer = f.startswith(f"{PACKAGE_DIR}/models/mixers/") and f != path
-        for attr, name in found:
+        for cls, attr, name in found:
             kernel = f"{PACKAGE}.models.cpu_kernels.{name}"
+            if not mlp and any(c in (None, cls) and a == attr for c, a in MLP_ONLY):
+                continue
             if name and not (other_mixer and attr in opted_out) and _module_file(root, kernel) is not None:
                 named.append((_module_file(root, kernel), kernel))
     return _sources(root, tuple(starts + list(dict.fromkeys(named))))

@@ -85,18 +85,6 @@ def _conv_width(call: dict) -> str | None:
     return None if 2 <= w <= 4 else f"conv width {w} outside causal-conv1d's 2..4"
 
 
-def _no_dropout(call: dict) -> str | None:
-    return f"dropout {call['dropout']} (the fused CPU attention has none)" if call["dropout"] else None
-
-
-def _only(key: str, value, what: str):
-    """A limit ``call[key] == value``; the reason names the value and what the kernel computes instead."""
-    def check(call: dict) -> str | None:
-        v = call[key]
-        return None if v == value else f"{key.replace('_', ' ')} {v} ({what})"
-    return check
-
-
 @dataclass(frozen=True)
 class Kernel:
     """One kernel function: where it lives and what it accepts (see each entry's source lines)."""
@@ -105,17 +93,14 @@ class Kernel:
     attr: str
     fallback: str  # what runs instead, named in the reason
     half_only: bool = False  # refuses fp32 inputs (runs only in a bf16/fp16 run)
-    limits: tuple[Callable[[dict], str | None], ...] = ()  # each: the call's facts -> why not, or None
+    # each: the call's facts -> why not, or None. A fused CPU kernel states its limits in its own
+    # module instead (``outside_limits(call)``): only the cells that run it count that code
+    limits: tuple[Callable[[dict], str | None], ...] = ()
     min_capability: tuple[int, int] | None = None  # CUDA compute capability it needs
     bare_package: str | None = None  # import ``module`` without running this package's __init__
     call_keys: tuple[str, ...] = ()  # the facts ``limits`` read from the call
     device: str = "cuda"  # "cpu": a fused CPU kernel (arrepro.models.cpu_kernels), for CPU tensors, fp32/fp64
 
-
-# the longest sequence Hyena's fused CPU operator takes: its direct long convolution costs L^2 / 2
-# multiply-adds a channel, the FFTs' calls a fixed cost: a Hyena layer's forward and backward, fused
-# against the FFT path, width 64: 0.62 at L 64, 0.74 at 128, 0.90 at 256, 1.20 at 512 (docs/reference/benchmarks.md)
-HYENA_DIRECT_MAX_LEN = 256
 
 KERNELS: dict[str, Kernel] = {
     # causal-conv1d 1.6.0 csrc/causal_conv1d.cpp, causal_conv1d_fwd (160-190) / causal_conv1d_bwd
@@ -164,7 +149,10 @@ KERNELS: dict[str, Kernel] = {
                                      call_keys=("head_dim",)),
     # Fused CPU kernels (numba; arrepro/models/cpu_kernels/<name>.py): every one compiles and checks
     # itself against a step-by-step recurrence on first use (its module's ``self_check``); where that
-    # fails (numba missing or broken, a wrong result) the portable path runs and the record says why
+    # fails (numba missing or broken, a wrong result) the portable path runs and the record says why;
+    # then at a module's first call, against that module's portable path at the call's shape
+    # (``CHECK_MODULE``). Their limits are their modules' (``outside_limits``), read only where a cell
+    # asks for the kernel
     "mamba_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mamba_cpu", "mamba",
                         "the portable chunked scan", device="cpu"),
     # the short depthwise causal conv (ops.ShortConv: Hyena, H3, Based, DeltaNet, attention + conv)
@@ -177,17 +165,15 @@ KERNELS: dict[str, Kernel] = {
     "mamba2_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mamba2_cpu", "mamba2",
                          "the portable chunked SSD scan", device="cpu"),
     # the Hyena operator up to the long filters (in_proj, short conv, gates, a direct long conv,
-    # out_proj); beyond the length its mixer sets, the FFT convolution costs less
+    # out_proj); beyond the length its module sets (hyena_cpu.MAX_LEN), the FFT convolution costs less
     "hyena_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.hyena_cpu", "hyena",
-                        "its parts' own paths with the FFT convolution",
-                        limits=(_at_most("length", HYENA_DIRECT_MAX_LEN, "length", "hyena_cpu's direct long convolution"),),
-                        call_keys=("length",), device="cpu"),
+                        "its parts' own paths with the FFT convolution", call_keys=("length",), device="cpu"),
     # a block's MLP (ops.MLP: fc1, GELU, out_proj) where its block is not compiled whole; fp32
     "mlp_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.mlp_cpu", "mlp", "its layers and ATen's GELU",
                       device="cpu"),
     # causal softmax attention without dropout (the attention mixer's CPU path; SDPA with dropout)
     "attention_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.attention_cpu", "attention", "SDPA",
-                            limits=(_no_dropout,), call_keys=("dropout",), device="cpu"),
+                            call_keys=("dropout",), device="cpu"),
     # every linear layer of a model and its tied head (ops.Linear, ops.TiedHead): a matrix product
     # whose bits do not depend on the CPU, at ~3x the speed of MKL's pinned COMPATIBLE branch
     "linear_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.linear_cpu", "linear", "F.linear (MKL)", device="cpu"),
@@ -197,9 +183,6 @@ KERNELS: dict[str, Kernel] = {
     # residual (GPT-NeoX's x + attn(LN1 x) + mlp(LN2 x)), partial rotary or dropout run the block's
     # own modules (each with its own kernels: attention_cpu, mlp_cpu, linear_cpu), recorded
     "block_cpu": Kernel(("numba",), "arrepro.models.cpu_kernels.block_cpu", "block", "the block's own modules",
-                        limits=(_only("dropout", 0.0, "the compiled block has none"),
-                                _only("residual", "sequential", "the compiled block adds its MLP after its mixer"),
-                                _only("rotary_fraction", 1.0, "the compiled block turns every channel of a head")),
                         call_keys=("dropout", "residual", "rotary_fraction"), device="cpu"),
 }
 CPU_DTYPES = (torch.float32, torch.float64)
@@ -213,6 +196,10 @@ _functions: dict[str, Callable] = {}  # imported kernels
 _cpu_checked: dict[tuple, str | Exception] = {}  # (CPU kernel, dtype) -> its self-check's description, or its failure
 _overrides: dict[str, Callable] = {}  # test stand-ins (``override``)
 _decisions: dict[tuple, tuple[Callable | None, dict]] = {}  # (name, device, dtype, call, env, overrides)
+# inside ``portable()``: every module on its portable path; inside a module's check (``CHECK_MODULE``)
+_state = {"portable": False, "checking": False}
+# a fused CPU kernel checked against its module's portable path at the shapes a cell runs, at its first call
+CHECK_MODULE = "arrepro.models.cpu_kernels.check"
 
 
 def installed(name: str) -> str | None:
@@ -294,6 +281,19 @@ def _outside_limits(k: Kernel, call: dict) -> str | None:
     return None
 
 
+def _cpu_limits(k: Kernel, call: dict) -> str | None:
+    """Why the call is outside a fused CPU kernel's limits as its module states them (its
+    ``outside_limits(call)``, if it has one), with what runs instead; or None. A module that does not
+    import states none here: its self-check imports it next and records why it failed."""
+    try:
+        module = importlib.import_module(k.module)
+    except Exception:  # noqa: BLE001 - recorded by _cpu_kernel
+        return None
+    check = getattr(module, "outside_limits", None)
+    why = check(call) if check is not None else None
+    return f"{why}: {k.fallback}" if why else None
+
+
 def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, str | None, str]:
     k = KERNELS[name]
     if not kernels_enabled():
@@ -310,7 +310,7 @@ def _decide(name: str, x: torch.Tensor, call: dict) -> tuple[Callable | None, st
         dtype = compute_dtype(x)
         if dtype not in CPU_DTYPES:
             return None, package, f"{DTYPE_NAMES.get(dtype, dtype)} run: {name} computes in fp32/fp64: {k.fallback}"
-        why = _outside_limits(k, call)  # before the self-check: a call outside the limits never needs the kernel
+        why = _cpu_limits(k, call)  # before the self-check: a call outside the limits never needs the kernel
         if why:
             return None, package, why
         fn, why = _cpu_kernel(name, dtype)
@@ -386,7 +386,10 @@ class KernelMixer(nn.Module):
     the facts they read from ``kernel_call``; ``forward_kernel`` gets the function from
     ``self.kernel_function()``. A subclass with a fused CPU kernel also sets ``cpu_kernel_name``:
     on CPU tensors that one is asked instead (unless a test overrides ``kernel_name``), and
-    ``forward_cpu_kernel`` runs it (``self.kernel_function(self.cpu_kernel_name)``)."""
+    ``forward_cpu_kernel`` runs it (``self.kernel_function(self.cpu_kernel_name)``), once it matches
+    the module's own ``forward_portable`` at the call's shape (``CHECK_MODULE``: checked at the
+    module's first call with that shape; a boolean argument, a block's kept rows, goes with x's
+    batch). Inside ``portable()`` every module runs ``forward_portable``."""
     kernel_name: str
     cpu_kernel_name: str | None = None
 
@@ -403,12 +406,16 @@ class KernelMixer(nn.Module):
 
     def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
         """``args`` (none for a mixer) go to the path that runs, after ``x``."""
+        if _state["portable"]:
+            return self.forward_portable(x, *args)
         name = self.kernel_name
         if self.cpu_kernel_name and x.device.type == "cpu" and name not in _overrides:
             name = self.cpu_kernel_name
         if KERNELS[name].device == "cpu" and x.device.type != "cpu" and name not in _overrides:
             return self.forward_fallback(x, *args)  # a module with a CPU kernel only (ops.Linear) off the CPU: nothing to record
         fn, record = choose(name, x, **self.kernel_call(x))
+        if fn is not None and KERNELS[name].device == "cpu" and name not in _overrides and not _state["checking"]:
+            fn, record = importlib.import_module(CHECK_MODULE).checked(self, name, x, args, fn, record)
         op = f"{self.op_name}.{name}"
         self.__dict__.setdefault("_kernel_paths", {})[op, record["path"]] = record
         if fn is None:
@@ -419,6 +426,16 @@ class KernelMixer(nn.Module):
         """What runs where the kernel does not: the portable path; a mixer whose parts choose their
         own kernels (Hyena's short conv and linear layers) runs those parts' choices instead."""
         return self.forward_portable(x, *args)
+
+
+@contextlib.contextmanager
+def portable():
+    """Every ``KernelMixer`` runs its portable path inside (a fused kernel's check's reference)."""
+    saved, _state["portable"] = _state["portable"], True
+    try:
+        yield
+    finally:
+        _state["portable"] = saved
 
 
 def paths_used(model: nn.Module, earlier: list[dict] = ()) -> list[dict]:

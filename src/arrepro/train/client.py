@@ -22,7 +22,11 @@ from arrepro.config.paths import PACKAGE_ROOT, REPO_ROOT
 ENV = "ARREPRO_TRAIN_SERVER"  # 0 (false, no, off): every job trains in its own process
 IDLE_ENV = "ARREPRO_TRAIN_SERVER_IDLE"  # seconds an idle server waits before it exits (tests: a few)
 IDLE_SECONDS = 120
-START_SECONDS = 600  # a fresh clone's first start compiles the fused kernels (minutes on a loaded machine)
+# a starting server that writes nothing to its log (a line each warm-up step, and every 30 s in which
+# it used CPU: server._heartbeat) for this long is given up; one that goes on writing is waited for (a
+# fresh clone's first start compiles the fused kernels: minutes, over 10 on a loaded machine)
+START_SECONDS = 600
+WAIT_REPORT_SECONDS = 60  # a waiting job says so this often
 IMPORT_ENV = ("PYTHONPATH", "ARREPRO_CPU_KERNEL_ISA", IDLE_ENV)  # and every NUMBA_* variable
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 SERVER_MODULE = f"{__spec__.parent}.server"  # what `python -m` starts: the server beside this module
@@ -91,11 +95,45 @@ def _connect(key: str) -> socket.socket | None:
         return None
 
 
+def _alive(pid: int, key: str) -> bool:
+    """Whether process ``pid`` runs (not a zombie) and is a server of ``key`` (its command line
+    names it: a pid used again by another process is not)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return key.encode() in cmdline.split(b"\0") and state not in ("Z", "X")
+
+
+def _starting(key: str) -> int | None:
+    """The pid of a server of ``key`` that a job started and that still runs (it is warming up:
+    it does not answer yet), from the note its starter wrote; None."""
+    try:
+        pid = int(_side_file(key, "starting").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if _alive(pid, key) else None
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
 def _start(key: str, log) -> socket.socket | None:
-    """The server's connection, starting the server if none answers (under a lock: one start)."""
+    """The server's connection: the one that answers, else the one that is starting (a job of this
+    code started it: the job waits for it, saying so, and never starts a second one), else one this
+    job starts (under a lock: one start) and waits for. While it warms up its log grows (a line a
+    step); a server that exits, or writes nothing to its log for ``START_SECONDS``, is given up: None,
+    with the reason in the job's log (the job then trains in its own process)."""
     sock = _connect(key)
     if sock is not None:
         return sock
+    server_log = _side_file(key, "log")
     with open(_side_file(key, "lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         sock = _connect(key)
@@ -104,37 +142,89 @@ def _start(key: str, log) -> socket.socket | None:
         failed = _side_file(key, "failed")
         if failed.exists():  # this code's server failed its warm-up: no job pays for another try
             log(f"no training server: its warm-up failed with this code ({failed.read_text().strip()}; see "
-                f"{_side_file(key, 'log')}): training in this process")
+                f"{server_log}): training in this process")
             return None
-        with open(_side_file(key, "log"), "a") as out:
-            proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, key], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-        log(f"started a training server (pid {proc.pid}; its log: {_side_file(key, 'log')})")
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
+        pid, proc = _starting(key), None
+        if pid is None:
+            with open(server_log, "a") as out:
+                os.utime(out.fileno())  # (an older server's log, not written since, would read as a stalled start)
+                proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, key], stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            pid = proc.pid
+            _side_file(key, "starting").write_text(f"{pid}\n")
+            log(f"started a training server (pid {pid}; its log: {server_log}); it warms up (compiles and checks "
+                "the fused CPU kernels, steps a small model of every mixer) before it answers")
+        else:
+            log(f"the training server of this code (pid {pid}) is warming up: waiting for it (its log: {server_log}: "
+                f"{_last_line(server_log)!r})")
+    return _wait(key, pid, proc, server_log, log)
+
+
+def _wait(key: str, pid: int, proc, server_log: Path, log) -> socket.socket | None:
+    """The connection of the starting server ``pid`` (``proc``: this job's child), once it answers;
+    None (said in the log) once it has exited, or written nothing to its log for ``START_SECONDS``."""
+    since = time.monotonic()
+    said = since
+    while True:
+        sock = _connect(key)
+        if sock is not None:
+            return sock
+        if not (proc.poll() is None if proc is not None else _alive(pid, key)):
             sock = _connect(key)
             if sock is not None:
                 return sock
-            if proc.poll() is not None:
-                log(f"the training server exited with status {proc.returncode} before it answered "
-                    f"(see {_side_file(key, 'log')})")
-                return None
-            time.sleep(0.05)
-        log(f"the training server did not answer within {START_SECONDS} s")
-        return None
+            failed = _side_file(key, "failed")
+            why = f": {failed.read_text().strip()}" if failed.exists() else ""
+            log(f"the training server (pid {pid}) exited before it answered{why} (see {server_log}): "
+                "training in this process")
+            return None
+        try:
+            quiet = time.time() - server_log.stat().st_mtime
+        except OSError:
+            quiet = time.monotonic() - since
+        if quiet > START_SECONDS:
+            log(f"the training server (pid {pid}) is still warming up but has written nothing to its log for "
+                f"{quiet:.0f} s (more than {START_SECONDS} s; see {server_log}): training in this process")
+            return None
+        if time.monotonic() - said >= WAIT_REPORT_SECONDS:
+            said = time.monotonic()
+            log(f"still waiting for the training server (pid {pid}), warming up for {said - since:.0f} s: "
+                f"{_last_line(server_log)!r}")
+        time.sleep(0.05)
 
 
 def run_via_server(argv: list[str], log) -> int | None:
     """Train the cell of ``argv`` (train_cell.py's arguments) in a child of the server: its exit
-    status, or None where no server could be had (the caller then trains in its own process)."""
+    status, or None where no server could be had or none started the cell (the caller then trains
+    in its own process); every reason in the job's log. A server that closes the connection before
+    it has started the cell (one that exits, idle, as the job connects) is asked once more."""
     key = server_key()
-    try:
-        sock = _start(key, log)
-    except OSError as e:
-        log(f"no training server ({e}): training in this process")
-        return None
-    if sock is None:
-        return None
+    for attempt in (1, 2):
+        try:
+            sock = _start(key, log)
+        except OSError as e:
+            log(f"no training server ({e}): training in this process")
+            return None
+        if sock is None:
+            return None
+        code = _converse(sock, argv, key, log)
+        if code is not None:
+            return code
+        log("the training server closed the connection before it started the cell (see "
+            f"{_side_file(key, 'log')}): " + ("asking again" if attempt == 1 else "training in this process"))
+    return None
+
+
+def _error(message: str, log) -> int:
+    """``message`` (an error) in the job's logs and on standard error: exit status 1."""
+    log(message)
+    print(message, file=sys.stderr, flush=True)
+    return 1
+
+
+def _converse(sock: socket.socket, argv: list[str], key: str, log) -> int | None:
+    """The request on ``sock``, then the server's replies: the cell's exit status; None where the
+    connection ended before the server started the cell's process (nothing of the cell ran)."""
     child = {"pid": None, "pending": None}
 
     def forward(signum, _frame):
@@ -156,12 +246,17 @@ def run_via_server(argv: list[str], log) -> int | None:
                         forward(child["pending"], None)
                 if "exit" in message:
                     return _ended(int(message["exit"]), child["pid"], message.get("cpu_seconds", float("nan")), log)
-            print("train_cell.py: error: the training server closed the connection before the cell ended "
-                  f"(see {_side_file(key, 'log')})", file=sys.stderr, flush=True)
-            return 1
+        lost = "closed the connection"
+    except (OSError, ValueError) as e:  # a reset connection, a garbled reply
+        lost = f"failed ({type(e).__name__}: {e})"
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if child["pid"] is None:
+        return None
+    return _error(f"train_cell.py: error: the training server {lost} before the cell ended (its process, pid "
+                  f"{child['pid']}, may still run; see {_side_file(key, 'log')}): nothing of this attempt is a result",
+                  log)
 
 
 def _ended(code: int, pid: int | None, cpu_seconds: float, log) -> int:
@@ -176,9 +271,7 @@ def _ended(code: int, pid: int | None, cpu_seconds: float, log) -> int:
         name = signal.Signals(-code).name
     except ValueError:
         name = "unknown signal"
-    message = (f"train_cell.py: error: {what} was killed by signal {-code} ({name}) after {cpu_seconds:.2f} "
-               "CPU-seconds, before the cell ended: nothing of this attempt is a result (a rerun resumes from the "
-               "cell's last checkpoint)")
-    log(message)
-    print(message, file=sys.stderr, flush=True)
+    _error(f"train_cell.py: error: {what} was killed by signal {-code} ({name}) after {cpu_seconds:.2f} "
+           "CPU-seconds, before the cell ended: nothing of this attempt is a result (a rerun resumes from the "
+           "cell's last checkpoint)", log)
     return 128 - code

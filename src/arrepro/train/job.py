@@ -100,17 +100,18 @@ def die_with_parent() -> None:
 def check_code(spec: dict) -> None:
     """The cell's code, once imported, is the code the workflow planned the cell with
     (arrepro.planned.check_planned_code; nothing to check for a cell trained by hand)."""
-    from arrepro.config.catalogue import ROOT, train_sources
+    from arrepro.config.catalogue import ROOT, cell_sources
     from arrepro.planned import check_planned_code
     from arrepro.models import get_mixer
 
-    mixer = spec.get("model_def", {}).get("mixer") if isinstance(spec, dict) else None
+    model_def = spec.get("model_def") if isinstance(spec, dict) else None
+    mixer = model_def.get("mixer") if isinstance(model_def, dict) else None
     if isinstance(mixer, str):
         try:
             get_mixer(mixer)  # its module imported: the code that runs is the code checked
         except (KeyError, ValueError, ImportError):
             return  # (the trainer names an unknown mixer itself)
-        check_planned_code(paths=train_sources(mixer, ROOT, spec.get("device", "cpu")))
+        check_planned_code(paths=cell_sources(model_def, ROOT, spec.get("device", "cpu")))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -139,7 +140,11 @@ def main(argv=None) -> None:
         from arrepro.train.client import run_via_server, why_not
 
         why = why_not(a.cell_json)
-        code = run_via_server(argv, log) if why is None else None
+        try:
+            code = run_via_server(argv, log) if why is None else None
+        except Exception:  # noqa: BLE001 - said in the job's own logs, not only on stderr
+            _traceback(log, f"{PROG}: error: the training server's client failed")
+            sys.exit(1)
         if code is not None:
             sys.exit(code)
         if why:
@@ -187,9 +192,15 @@ def _train(a: argparse.Namespace, log: JobLog) -> int:
         return 1
     except SystemExit as e:  # Preempted: a checkpoint after a signal
         return e.code if isinstance(e.code, int) else 1
-    except Exception:
-        for line in traceback.format_exc().rstrip().splitlines():
-            log(line)
-        print(traceback.format_exc(), file=sys.stderr, end="", flush=True)
+    except Exception:  # noqa: BLE001
+        _traceback(log)
         return 1
     return 0
+
+
+def _traceback(log: JobLog, headline: str | None = None) -> None:
+    """The exception being handled, its traceback, in the logs and on standard error."""
+    text = ((headline + ":\n") if headline else "") + traceback.format_exc()
+    for line in text.rstrip().splitlines():
+        log(line)
+    print(text, file=sys.stderr, end="", flush=True)

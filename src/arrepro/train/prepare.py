@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from arrepro.config import defaults
-from arrepro.config.catalogue import data_sources, train_sources
+from arrepro.config.catalogue import cell_sources, data_sources
 from arrepro.config.lookahead import lookahead_problem
 from arrepro.config.paths import REPO_ROOT
 from arrepro.digest import file_digest, source_digest
@@ -158,7 +158,7 @@ def check_lookahead(spec: dict, model: LanguageModel) -> None:
 
 def fingerprint(spec: dict, data_dir: str | Path) -> str:
     """What a checkpoint must match to be resumed: the cell spec, the task's data files (their
-    bytes), and the code that trains the cell (``train_sources``: the files whose digest the train
+    bytes), and the code that trains the cell (``cell_sources``: the files whose digest the train
     rule records, scripts/train_cell.py included) and that generated its data (``source_digest``:
     comments and docstrings do not count, code does)."""
     repo = REPO_ROOT
@@ -172,7 +172,7 @@ def fingerprint(spec: dict, data_dir: str | Path) -> str:
     parts = {
         "spec": spec,
         "data": data,
-        "train_code": source_digest(train_sources(spec["model_def"]["mixer"], repo, spec["device"]), repo),
+        "train_code": source_digest(cell_sources(spec["model_def"], repo, spec["device"]), repo),
         "data_code": source_digest(data_sources(repo), repo),
     }
     return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()

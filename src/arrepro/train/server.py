@@ -21,7 +21,14 @@ package's source files, the interpreter, and the environment variables read at i
 (NUMBA_*, ARREPRO_CPU_KERNEL_ISA, PYTHONPATH). Edited code or another environment gets another
 server; an idle one exits after ``IDLE_SECONDS``. Only the same user may connect (SO_PEERCRED).
 The first client starts the server (``python -m arrepro.train.server``, its log in the temporary
-directory) under a lock, and waits for it. No server where it cannot work or would not help:
+directory) under a lock, notes its pid beside the log, and waits for it; a job that comes while
+it warms up (which compiles every kernel: over 10 minutes on a loaded machine) finds the note,
+says in its log that it waits for that server, and never starts a second one; the server's log
+gets a line per warm-up step, and the waiting jobs say every minute how far it is. A server that
+exits before it answers, or writes nothing to its log for ``client.START_SECONDS``, is given up:
+the job trains in its own process, saying why. A connection that the server closes before it has
+started the cell (an idle server exiting as the job connects) is asked once more; one lost after,
+an error in the job's own log. No server where it cannot work or would not help:
 not on Linux, inside a Slurm job (its processes end with the job), ``ARREPRO_TRAIN_SERVER=0``, a
 cell that is not on the CPU; a server that cannot be had: the job trains in its own process and
 its log says why.
@@ -44,7 +51,44 @@ from arrepro.train.client import FORWARDED, IDLE_ENV, IDLE_SECONDS, _address, _r
 
 
 # ------------------------------------------------------------------------------------- the server
-def _warm_up() -> None:
+_step = ["starting"]  # the warm-up step under way (``_say``), for the heartbeat
+HEARTBEAT_SECONDS = 30
+
+
+def _say(line: str) -> None:
+    _step[0] = line
+    print(f"warm-up: {line}", flush=True)
+
+
+@contextlib.contextmanager
+def _heartbeat(every: float = HEARTBEAT_SECONDS):
+    """While the warm-up runs, a line in the log every ``every`` seconds in which it used CPU (2% of a
+    core or more: a step
+    that compiles for minutes on a loaded machine still shows progress; a hung one goes quiet, and
+    the jobs waiting for it give up: arrepro.train.client). The thread has ended when this returns
+    (the server forks its children later)."""
+    import threading
+
+    done = threading.Event()
+
+    def beat():
+        last = sum(os.times()[:2])
+        while not done.wait(every):
+            now = sum(os.times()[:2])
+            if now - last > max(0.02 * every, 0.02):  # (2% of a core at least: more than this thread's own ticks)
+                print(f"warm-up: still at {_step[0]} ({now:.0f} CPU-seconds so far)", flush=True)
+            last = now
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _warm_up(say=_say) -> None:
     """What a child would otherwise do first: pin the numerics, import torch and the trainer,
     compile (or load) and self-check every fused CPU kernel in fp32, and take one training step
     and one evaluation of a small model of every mixer (its lazy imports, AdamW's among them, and
@@ -53,7 +97,8 @@ def _warm_up() -> None:
     draws. A step that fails is an error of the server (its log names the mixer and the step; the
     server exits before it listens, and the jobs of this code train in their own processes, saying
     why, without starting another): a warm-up that skips a step quietly would hide code that no
-    longer runs."""
+    longer runs. Each step is said first (``say``: a line in the server's log), so that the jobs
+    waiting for the server see it progress."""
     from arrepro.train import numerics
 
     numerics.pin_environment()
@@ -66,16 +111,21 @@ def _warm_up() -> None:
     from arrepro.train import loop, prepare
 
     numerics.settle()
+    say("the fused CPU kernels: compiled (or loaded) and checked")
     for name, k in kernels.KERNELS.items():
         if k.device == "cpu":
             kernels._cpu_kernel(name, torch.float32)
+            say(f"kernel {name}")
     repo = REPO_ROOT  # as arrepro.train.prepare's fingerprint reads the sources (memoised)
     source_digest(data_sources(repo), repo)
     cpu = torch.device("cpu")
-    for mixer in available_mixers():
+    mixers = available_mixers()
+    for i, mixer in enumerate(mixers, 1):
+        say(f"a training step and an evaluation of {mixer} ({i} of {len(mixers)})")
         step = "its sources' digest"
         try:
-            source_digest(train_sources(mixer, repo), repo)
+            for mlp in (True, False):
+                source_digest(train_sources(mixer, repo, mlp=mlp), repo)
             model = LanguageModel(vocab_size=16, d_model=16, n_layers=2, max_len=8, mixer=mixer)
             compiled = [b for b in model.layers if b.fused is not None]
             # a block compiled whole (backbone.Block) trains here; the mixer's other models (whose
@@ -131,7 +181,11 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     except BaseException:  # noqa: BLE001 - a child must never return into the server's loop
         import traceback
 
-        traceback.print_exc()
+        for out in (sys.stdout, sys.stderr):  # the job's log (its standard output) and its standard error
+            with contextlib.suppress(Exception):
+                print("train_cell.py: error: the training server's process for this cell failed before it trained:",
+                      file=out)
+                traceback.print_exc(file=out)
     finally:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
@@ -143,7 +197,8 @@ def serve(key: str) -> None:
     """Warm up, listen, fork a child per request, tell each client its child's pid and exit
     status; SIGTERM a child whose client has gone; exit when idle for ``IDLE_SECONDS`` (or
     ``ARREPRO_TRAIN_SERVER_IDLE``)."""
-    _warm_up()
+    with _heartbeat():
+        _warm_up()
     idle = float(os.environ.get(IDLE_ENV) or IDLE_SECONDS)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(_address(key))

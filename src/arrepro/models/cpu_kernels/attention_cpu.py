@@ -28,6 +28,11 @@ from arrepro.models.cpu_kernels.linear_cpu import _gemm
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
 
 
+def outside_limits(call: dict) -> str | None:
+    """Why a call is beyond this kernel (``arrepro.models.kernels`` asks; SDPA runs), or None: dropout."""
+    return f"dropout {call['dropout']} (the fused CPU attention has none)" if call["dropout"] else None
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def _load(src, b, h, Qc, transpose):
     """src[b, h] (L, dh) into the contiguous Qc: as it is, or transposed (dh, L)."""

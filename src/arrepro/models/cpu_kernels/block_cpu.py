@@ -45,6 +45,20 @@ from arrepro.models.cpu_kernels.short_conv_cpu import _conv_ahead, _conv_ahead_b
 from arrepro.models.ops import apply_rotary, rotary_tables
 
 _K = K[np.dtype(np.float32)]
+
+
+def outside_limits(call: dict) -> str | None:
+    """Why a block is beyond this kernel (``arrepro.models.kernels`` asks; the block's own modules run),
+    or None: dropout, a parallel residual, rotary positions on part of a head's channels."""
+    if call["dropout"]:
+        return f"dropout {call['dropout']} (the compiled block has none)"
+    if call["residual"] != "sequential":
+        return f"residual {call['residual']} (the compiled block adds its MLP after its mixer)"
+    if call["rotary_fraction"] != 1.0:
+        return f"rotary fraction {call['rotary_fraction']} (the compiled block turns every channel of a head)"
+    return None
+
+
 @njit(cache=True, error_model="numpy")
 def _norm(x, w, b, eps, h, mean, rstd):
     """h = the layer norm of each row of x (mean, rstd kept for the backward pass)."""

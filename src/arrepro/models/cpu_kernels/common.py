@@ -37,6 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from arrepro.models.cpu_kernels import ISA, VECTOR_BYTES
+from arrepro.models.cpu_kernels.check import compare
 
 _NAMES = {"sse2": "x86-64 (SSE2, FMA by the C library)", "avx2": "x86-64 + AVX2 + FMA",
           "avx512": "x86-64 + AVX-512 + FMA"}
@@ -282,9 +283,9 @@ def fma_exact(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 def check_mixer(m, d: int, L: int, fused, dtype, g, tol: float, what: str, loose=lambda name, ref: False) -> None:
     """A fused mixer's self-check: ``m`` (an fp64 mixer of width d) with its parameters moved by 0.3
     N(0, 1) from ``g``, two sequences of length L and an output gradient from ``g``; its portable path in fp64
-    against ``fused(x, m)`` in ``dtype`` (m moved to dtype), output and every gradient, each's
-    largest error relative to its reference's largest value within ``tol`` (25 tol where
-    ``loose(name, reference)``); raises RuntimeError naming ``what`` and the tensor otherwise."""
+    against ``fused(x, m)`` in ``dtype`` (m moved to dtype), output and every gradient (``compare``:
+    ``tol``, 25 tol where ``loose(name, reference)``); raises Mismatch naming ``what`` and the tensor
+    otherwise."""
     import torch
 
     with torch.no_grad():
@@ -300,11 +301,7 @@ def check_mixer(m, d: int, L: int, fused, dtype, g, tol: float, what: str, loose
     y = fused(x, mc)
     grads = torch.autograd.grad(y, [x, *mc.parameters()], gy.to(dtype))
     names = ["y", "dx"] + [n for n, _ in mc.named_parameters()]
-    for name, a, r in zip(names, [y, *grads], [ref, *ref_grads]):
-        err = (a.double() - r).abs().max().item() / max(r.abs().max().item(), 1e-30)
-        t = 25 * tol if loose(name, r) else tol
-        if not err <= t:
-            raise RuntimeError(f"{what}: {name} ({dtype}) off by {err:.2e} (tolerance {t})")
+    compare(zip(names, [y, *grads], [ref, *ref_grads]), tol, what, loose)
 
 
 def arrays(*ts):

@@ -4,8 +4,8 @@ the gates, each order's long convolution with its bias term, out_proj) in one ca
 backward, instead of some 40 ATen calls and autograd nodes each way (the FFTs, their pads and
 products among them). The implicit filters stay in ATen (their MLP is a few small products over
 the sequence's positions): h comes in as a tensor and its gradient goes back to them.
-``arrepro.models.kernels`` decides when it runs (kernel ``hyena_cpu``: up to a length set in
-``Hyena``, where a direct convolution costs less than the FFTs) and records why not.
+``arrepro.models.kernels`` decides when it runs (kernel ``hyena_cpu``: up to ``MAX_LEN``,
+where a direct convolution costs less than the FFTs) and records why not.
 
 For order N with u = conv(in_proj(x)) split into (g_0, ..., g_{N-1}, v), each d wide, rows
 (b, t), channels e:
@@ -33,6 +33,16 @@ from arrepro.models.cpu_kernels.short_conv_cpu import _conv, _conv_backward
 from arrepro.models.cpu_kernels.simd import LANES, vload, vsplat, vstore
 
 _K = {torch.float32: K[np.dtype(np.float32)], torch.float64: K[np.dtype(np.float64)]}
+# the longest sequence this operator takes: its direct long convolution costs L^2 / 2 multiply-adds
+# a channel, the FFTs' calls a fixed cost: a Hyena layer's forward and backward, fused against the
+# FFT path, width 64: 0.62 at L 64, 0.74 at 128, 0.90 at 256, 1.20 at 512 (docs/benchmarks.md)
+MAX_LEN = 256
+
+
+def outside_limits(call: dict) -> str | None:
+    """Why a call is beyond this operator (``arrepro.models.kernels`` asks; the FFT path runs), or None."""
+    L = call["length"]
+    return f"length {L} > hyena_cpu's direct long convolution's limit {MAX_LEN}" if L > MAX_LEN else None
 
 
 @njit(cache=True, error_model="numpy")

@@ -29,7 +29,7 @@ Paths over the same parameters:
 * ``forward_portable`` -- FFT long convolution (``ops.fft_causal_conv``, O(L log L)), as Zoology's
   ``fftconv_ref``.
 * ``forward_reference``-- the causal convolution sums y_t = sum_{j<=t} h[j] v[t-j], one t at a time.
-* ``forward_cpu_kernel`` -- on CPU tensors up to length 256 (``kernels.HYENA_DIRECT_MAX_LEN``, the
+* ``forward_cpu_kernel`` -- on CPU tensors up to length 256 (``cpu_kernels.hyena_cpu.MAX_LEN``, the
   kernel's limit, a rule by shape: a direct convolution's L^2 against the FFTs' calls): the operator fused
   (numba, ``arrepro.models.cpu_kernels.hyena_cpu``), the filters still from their MLP in ATen.
   Elsewhere ``forward_fallback``: the FFT convolution, with the short conv's and the linear
