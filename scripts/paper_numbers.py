@@ -6,6 +6,7 @@ once the scale's tables are built (e.g. by `snakemake results/demo/tables/cells.
 
     paper_numbers.py [--scale NAME] [--out-dir results/{scale}/paper]"""
 import argparse
+import os
 
 from arrepro.files import job_log
 from arrepro.report.paper import grid_meta, write_paper_inputs
@@ -33,9 +34,9 @@ elif __name__ == "__main__":
     meta = grid_meta(grid, config)
     exps = list(meta["experiments"])
     out = a.out_dir or f"{grid.out}/paper"
+    claims = tuple(os.path.join(os.path.dirname(os.path.normpath(out)), f"claims.{ext}") for ext in ("md", "csv"))
     # the tables of this scale, where the workflow writes them (GRID.tables: cells, best)
-    claims = (f"{out}/../claims.md", f"{out}/../claims.csv")
     write_paper_inputs(meta, {e: grid.tables(e)[1] for e in exps}, {e: grid.tables(e)[0] for e in exps},
                        f"{out}/numbers.tex", f"{out}/setup.tex", claims_out=claims)
-    print(f"wrote {out}/numbers.tex, setup.tex and {out}/../claims.{{md,csv}} from {grid.out}/tables/ "
+    print(f"wrote {out}/numbers.tex, setup.tex and {claims[0]}, {claims[1]} from {grid.out}/tables/ "
           f"({len(exps)} experiments)")
