@@ -285,33 +285,40 @@ def markdown(config: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def latex(config: dict) -> str:
-    """A longtable (the paper's appendix)."""
+def longtable(columns, widths, cells) -> str:
+    """A longtable of plain-text cells (escaped here), one row a list: the paper's appendix tables."""
     from arrepro.report.tex import tex_escape as escape
 
-    out = [r"\begin{longtable}{>{\raggedright}p{0.15\linewidth}>{\raggedright}p{0.13\linewidth}"
-           r">{\raggedright}p{0.09\linewidth}>{\raggedright}p{0.09\linewidth}>{\raggedright}p{0.07\linewidth}"
-           r">{\raggedright}p{0.16\linewidth}>{\raggedright\arraybackslash}p{0.19\linewidth}}",
-           r"\toprule setting & here & paper & Zoology & Jelassi & whose & source \\ \midrule\endhead"]
-    for r in rows(config):
-        cells = [r["setting"], _fmt(r["here"]), _fmt(r["paper"]), _fmt(r["zoology"]), _fmt(r["jelassi"]), r["whose"], r["source"]]
-        out.append(" & ".join(escape(c) for c in cells) + r" \\")
+    spec = "".join(rf">{{\raggedright{'' if i < len(widths) - 1 else chr(92) + 'arraybackslash'}}}p{{{w}\linewidth}}"
+                   for i, w in enumerate(widths))
+    out = [rf"\begin{{longtable}}{{{spec}}}", r"\toprule " + " & ".join(columns) + r" \\ \midrule\endhead"]
+    out += [" & ".join(escape(str(c)) for c in row) + r" \\" for row in cells]
     out.append(r"\bottomrule\end{longtable}")
     return "\n".join(out) + "\n"
 
 
-def main() -> None:
+def latex(config: dict) -> str:
+    """A longtable (the paper's appendix)."""
+    return longtable(("setting", "here", "paper", "Zoology", "Jelassi", "whose", "source"),
+                     (0.15, 0.13, 0.09, 0.09, 0.07, 0.16, 0.19),
+                     ([r["setting"], _fmt(r["here"]), _fmt(r["paper"]), _fmt(r["zoology"]), _fmt(r["jelassi"]), r["whose"],
+                       r["source"]] for r in rows(config)))
+
+
+def cli(doc: str, markdown, latex) -> None:
+    """``python -m`` of a fidelity table: --config, --format markdown|latex."""
     import yaml
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="config.yaml")
     ap.add_argument("--format", choices=["markdown", "latex"], default="markdown")
     a = ap.parse_args()
     config = yaml.safe_load(open(a.config))
-    if a.format == "markdown":
-        print(markdown(config), end="")
-    else:
-        print(latex(config), end="")
+    print(markdown(config) if a.format == "markdown" else latex(config), end="")
+
+
+def main() -> None:
+    cli(__doc__, markdown, latex)
 
 
 if __name__ == "__main__":

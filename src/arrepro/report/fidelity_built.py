@@ -16,7 +16,6 @@ rows say the same are one group; its measured values are its first model's.
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
@@ -24,6 +23,7 @@ from torch import nn
 
 from arrepro.config import defaults
 from arrepro.models.init import INIT_STD, is_mamba_block
+from arrepro.report.fidelity import cli, longtable
 
 ZOOLOGY, JELASSI = "Zoology", "Jelassi"
 WIDTH, MAX_LAYERS = 128, 12  # built at the paper's width 128 (Figs. 1, 13), at most 12 layers
@@ -228,25 +228,12 @@ def markdown(config: dict, built: list[dict] | None = None) -> str:
 
 
 def latex(config: dict) -> str:
-    from arrepro.report.tex import tex_escape as escape
-
-    out = [r"\begin{longtable}{>{\raggedright}p{0.1\linewidth}>{\raggedright}p{0.1\linewidth}>{\raggedright}p{0.2\linewidth}"
-           r">{\raggedright}p{0.1\linewidth}>{\raggedright}p{0.18\linewidth}>{\raggedright\arraybackslash}p{0.2\linewidth}}",
-           r"\toprule " + " & ".join(COLUMNS) + r" \\ \midrule\endhead"]
-    out += [" & ".join(escape(str(r[c])) for c in COLUMNS) + r" \\" for r in rows(config)]
-    out.append(r"\bottomrule\end{longtable}")
-    return "\n".join(out) + "\n"
+    """A longtable (the paper's appendix)."""
+    return longtable(COLUMNS, (0.1, 0.1, 0.2, 0.1, 0.18, 0.2), ([r[c] for c in COLUMNS] for r in rows(config)))
 
 
 def main() -> None:
-    import yaml
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="config.yaml")
-    ap.add_argument("--format", choices=["markdown", "latex"], default="markdown")
-    a = ap.parse_args()
-    config = yaml.safe_load(open(a.config))
-    print(markdown(config) if a.format == "markdown" else latex(config), end="")
+    cli(__doc__, markdown, latex)
 
 
 if __name__ == "__main__":
