@@ -204,9 +204,9 @@ def test_a_checkpoint_is_resumed_only_by_the_same_code(data, tmp_path, monkeypat
 
     extra = tmp_path / "model_source.py"
     extra.write_text("x = 1\n")
-    if tracked == "train_sources":
-        real = prepare.train_sources
-        monkeypatch.setattr(prepare, "train_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
+    if tracked == "train_sources":  # (read through catalogue.cell_sources: the cell's model decides them)
+        real = prepare.cell_sources
+        monkeypatch.setattr(prepare, "cell_sources", lambda *a, **kw: real(*a, **kw) + [str(extra)])
     else:
         real_data = prepare.data_sources
         monkeypatch.setattr(prepare, "data_sources", lambda *a, **kw: real_data(*a, **kw) + [str(extra)])
