@@ -325,7 +325,7 @@ def test_the_claims_files_hold_the_pdfs_claims_rows(tmp_path, config):
     write_paper_inputs(grid_meta(grid, config), best_csvs, cells_csvs, tmp_path / "numbers.tex", tmp_path / "setup.tex",
                        claims_out=(md, csv))
     numbers = (tmp_path / "numbers.tex").read_text()
-    body = numbers.split("\\newcommand{\\ClaimRows}{", 1)[1].split("}\n\\arset", 1)[0]
+    body = numbers.split("\\newcommand{\\ClaimRows}{", 1)[1].split("}\n\\newcommand{\\RecipeClaimRows}", 1)[0]
     pdf_rows = [[c.strip() for c in line.removesuffix("\\\\").split(" & ")] for line in body.strip().splitlines()]
     table = pd.read_csv(csv, keep_default_na=False)
     assert list(table.columns) == ["id", "experiment", "claim", "verdict", "compared", "interval", "reason"]

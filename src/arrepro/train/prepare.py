@@ -69,6 +69,7 @@ SPEC_RULES = (
      "null or a number in [0, 1]"),
     ("recipe_def.decay", False, lambda x: x in DECAYS, f"one of {', '.join(DECAYS)}"),
     ("recipe_def.init", False, lambda x: x in INIT_RULES, f"one of {', '.join(INIT_RULES)}"),
+    ("recipe_def.shuffle", False, lambda x: x is True or x is False, "true or false"),
     ("model_def.norm", False, lambda x: x in NORMS, f"one of {', '.join(NORMS)}"),
     ("model_def.mlp", False, lambda x: x is True or x is False or x == "identity", "true, false or identity"),
     ("recipe_def.betas", False, lambda x: isinstance(x, list) and len(x) == 2 and all(_number(b) and 0 <= b < 1 for b in x),
