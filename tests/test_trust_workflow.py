@@ -26,7 +26,7 @@ from arrepro.search.rounds import Searches
 from arrepro.report.tables import render_table
 from arrepro.report.tex import tex_escape
 from test_workflow import ROOT, TARGETS, edit_config
-from workflow_copy import KERNELS, copy_kernel_cache, copy_workflow, finished_run, private_copy, warm_kernel_cache
+from workflow_copy import copy_workflow, finished_run, private_copy, with_compiled_kernels
 
 BIN = Path(sys.executable).parent  # this environment's `snakemake` and `python`
 TASK = "results/data/mqar-L16-K2-V64-3640bf"  # the tiny scale's dataset
@@ -88,12 +88,10 @@ def run_as_typed(wd: Path) -> None:
     """A fresh checkout in ``wd`` whose default scale is set to tiny (the demo trains for 20
     minutes), after the command users type: `snakemake results/fig2.pdf` (no --cores, no
     --config), then `snakemake all` (the paper with the TeX stand-in)."""
-    fresh_checkout(wd)
-    # with the checkout's compiled kernels (as copy_workflow): a clone compiles them from nothing
-    # (about 3 CPU-minutes in its training server's warm-up), which the kernel cache's own tests
-    # and CI's first warm-up already exercise; here it cost the suite's longest set-up
-    warm_kernel_cache()
-    copy_kernel_cache(ROOT / KERNELS, wd / KERNELS)
+    # with the checkout's compiled kernels, as copy_workflow: a clone compiles them from nothing
+    # (about 3 CPU-minutes in its training server's warm-up), which the session's first warm-up
+    # already does in CI's clean clone; here it was the suite's longest set-up
+    with_compiled_kernels(fresh_checkout(wd))
     set_default_scale(wd, "tiny")
     typed(wd, "snakemake results/fig2.pdf", check=True)
     tex = tex_standin(wd.with_name(wd.name + "-texbin"))

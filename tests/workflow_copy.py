@@ -53,7 +53,6 @@ def warm_kernel_cache() -> None:
 def copy_workflow(dst: Path, whole: bool = False) -> Path:
     """The workflow's files (``whole``: the repository as a user has it, without results,
     environments or caches) in ``dst``, with the checkout's compiled kernels."""
-    warm_kernel_cache()
     if whole:
         shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(*WHOLE_IGNORED))
     else:
@@ -63,13 +62,21 @@ def copy_workflow(dst: Path, whole: bool = False) -> Path:
         for name in WORKFLOW:
             if (ROOT / name).exists():
                 shutil.copytree(ROOT / name, dst / name, ignore=shutil.ignore_patterns(*IGNORED))
+    return with_compiled_kernels(dst)
+
+
+def with_compiled_kernels(dst: Path) -> Path:
+    """The workflow folder ``dst`` with the checkout's compiled kernels (filled once per session)."""
+    warm_kernel_cache()
     copy_kernel_cache(ROOT / KERNELS, dst / KERNELS)
     return dst
 
 
 def copy_kernel_cache(src: Path, dst: Path) -> None:
-    """numba's cache folder ``src`` in ``dst``: its index and data files, not its temporary ones."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.pyc", "*.tmp.*"), copy_function=_copy_cache_file)
+    """numba's cache folder ``src`` in ``dst`` (added to any entries already there): its index and
+    data files, not its temporary ones."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.pyc", "*.tmp.*"), copy_function=_copy_cache_file,
+                    dirs_exist_ok=True)
 
 
 def _copy_cache_file(src: str, dst: str) -> None:
