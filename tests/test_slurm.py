@@ -452,15 +452,18 @@ def read_table(path: Path) -> list[dict]:
 @pytest.mark.slurm
 def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, failing, timed_out, shared, tmp_path,
                                                                     tmp_path_factory, config):
-    from test_trust_workflow import run_as_typed
+    from test_trust_workflow import run_as_typed, tex_standin
 
     via_slurm = copy_workflow(tmp_path / "slurm", whole=True)
+    # the paper with the TeX stand-in, as the local run builds it: this machine may have no TeX
+    tex = tex_standin(tmp_path / "texbin")
     t0 = time.monotonic()
-    # the profile as users run it, with quicker status checks (a sacct call every 5 s, not 20: the
-    # DAG's dozen levels each wait for one)
+    # the profile as users run it, with quicker status checks (the first 5 s after a submission or a
+    # finish, not 20; the plugin adds 10 s per check that finds nothing finished): the DAG's levels
+    # each wait for one
     run = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "all", "--sdm", "env-modules",
                                         "--slurm-init-seconds-before-status-checks", "5"], cwd=via_slurm,
-                           env={**cluster.env, "ARREPRO_SCALE": "tiny"},
+                           env={**cluster.env, "ARREPRO_SCALE": "tiny", "PATH": tex},
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # the local run: `snakemake all` on the tiny scale, the test session's one (built meanwhile
