@@ -45,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "slurm" / "profile.yaml"
 HERE = ROOT / "tests" / "slurm"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+# through real Slurm: the same, with status checks that do not slow down (tests/slurm/prompt_status.py)
+ON_SLURM = [sys.executable, str(HERE / "prompt_status.py")]
 # fields that measure time, not learning (and the checksums, which cover them)
 TIMING = {"seconds", "train_seconds", "tokens_per_second", "sha256", "metrics_sha256"}
 
@@ -370,7 +372,7 @@ def failing(cluster, tmp_path_factory):
     wd = tmp_path_factory.mktemp("failing")
     shutil.copy(HERE / "Snakefile", wd / "Snakefile")
     shutil.copytree(ROOT / "slurm", wd / "slurm")
-    with background(SNAKEMAKE + ["--profile", "slurm", "--sdm", "env-modules"], wd, cluster.env) as proc:
+    with background(ON_SLURM + ["--profile", "slurm", "--sdm", "env-modules"], wd, cluster.env) as proc:
         yield proc, wd
 
 
@@ -407,7 +409,7 @@ def timed_out(cluster, tmp_path_factory):
                    cwd=wd, check=True, capture_output=True, timeout=300)
     cell = cell.path
     # the time limits of this scenario, and quicker status checks than the profile's (for speed)
-    cmd = SNAKEMAKE + ["--profile", "slurm", f"{cell}/result.json", "--sdm", "env-modules", "--forcerun", "train",
+    cmd = ON_SLURM + ["--profile", "slurm", f"{cell}/result.json", "--sdm", "env-modules", "--forcerun", "train",
                        "--set-resources", "train:runtime=1 if attempt == 1 else 10",
                        "--slurm-init-seconds-before-status-checks", "10"]
     with background(cmd, wd, {**cluster.env, "ARREPRO_SCALE": "tiny"}) as proc:
@@ -430,7 +432,7 @@ def shared(cluster, tmp_path_factory):
     subprocess.run(SNAKEMAKE + [f"results/data/{cells[0].task}/train.npz", "--cores", "1", "--config", "scale=tiny"],
                    cwd=wd, check=True, capture_output=True, timeout=300)
     cpu, gpu = profile_partitions()
-    cmd = SNAKEMAKE + ["--profile", "slurm", marker, "--sdm", "env-modules", "--set-resources",
+    cmd = ON_SLURM + ["--profile", "slurm", marker, "--sdm", "env-modules", "--set-resources",
                        f"train:slurm_partition='{gpu}'", f"gpu_pack:slurm_partition='{gpu}'",
                        "train:gres='gpu:1'", "gpu_pack:gres='gpu:1'", "--slurm-init-seconds-before-status-checks", "10",
                        "--slurm-keep-successful-logs"]  # the job's log shows the two cells at once
@@ -458,10 +460,9 @@ def test_the_tiny_grid_through_the_slurm_profile_ends_as_a_local_run(cluster, fa
     # the paper with the TeX stand-in, as the local run builds it: this machine may have no TeX
     tex = tex_standin(tmp_path / "texbin")
     t0 = time.monotonic()
-    # the profile as users run it, with quicker status checks (the first 5 s after a submission or a
-    # finish, not 20; the plugin adds 10 s per check that finds nothing finished): the DAG's levels
-    # each wait for one
-    run = subprocess.Popen(SNAKEMAKE + ["--profile", "slurm", "all", "--sdm", "env-modules",
+    # the profile as users run it, with quicker status checks (every 5 s, not 20 growing to 180:
+    # ON_SLURM): the DAG's levels each wait for one
+    run = subprocess.Popen(ON_SLURM + ["--profile", "slurm", "all", "--sdm", "env-modules",
                                         "--slurm-init-seconds-before-status-checks", "5"], cwd=via_slurm,
                            env={**cluster.env, "ARREPRO_SCALE": "tiny", "PATH": tex},
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -598,3 +599,27 @@ def assert_as_trained_apart(done: Path, cells, tmp_path_factory) -> None:
         assert untimed(json.loads((a / "result.json").read_text())) == untimed(json.loads((b / "result.json").read_text()))
         rows = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
         assert rows(a) and untimed(rows(a)) == untimed(rows(b))
+
+
+def test_the_prompt_status_checks_keep_their_first_interval():
+    """What ON_SLURM changes: the plugin's next interval, capped at its first (and nothing when it is
+    already shorter); a plugin without the property it caps stops it loudly (prompt_status.py)."""
+    sys.path.insert(0, str(HERE))
+    try:
+        import prompt_status
+    finally:
+        sys.path.remove(str(HERE))
+    from types import SimpleNamespace
+    from snakemake_executor_plugin_slurm import Executor
+
+    before = Executor.next_seconds_between_status_checks
+    try:
+        prompt_status.install()
+        ex = object.__new__(Executor)
+        ex.workflow = SimpleNamespace(executor_settings=SimpleNamespace(init_seconds_before_status_checks=5))
+        ex.next_seconds_between_status_checks = 15  # what the plugin sets after a check that found nothing
+        assert ex.next_seconds_between_status_checks == 5
+        ex.next_seconds_between_status_checks = 3
+        assert ex.next_seconds_between_status_checks == 3
+    finally:
+        Executor.next_seconds_between_status_checks = before
