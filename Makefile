@@ -50,7 +50,7 @@ report: setup
 
 test: setup $(KVENV)/.installed
 	$(KPY) -m pytest -q -p no:cacheprovider tests/test_kernels_interpret.py
-	$(PY) -m pytest -q -n $(CORES) --dist loadfile --durations=30
+	$(PY) -m pytest -q -n $(CORES) --dist loadfile --no-loadscope-reorder --durations=30
 
 bench: setup
 	$(PY) bench/bench_train_step.py

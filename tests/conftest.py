@@ -21,6 +21,20 @@ def config_models():
     return yaml.safe_load((ROOT / "config.yaml").read_text())["models"]
 
 
+# ---------------------------------------------------------------- the longest files first
+# `make test` hands whole files to the xdist workers in collection order (--dist loadfile
+# --no-loadscope-reorder; xdist's default order is by test count). The files that take longest
+# (from the suite's own summary below, on a 2-core Intel Xeon) go first, so that what a worker
+# takes last is short and the workers end together; the rest keep pytest's order.
+SLOW_FIRST = ("test_slurm.py", "test_numerics.py", "test_workflow.py", "test_trust_workflow.py", "test_mixers.py",
+              "test_cell_jobs.py", "test_hostile_config.py", "test_trainserver.py", "test_paper.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable
+
+
 # ---------------------------------------------------------------- where the suite's time goes
 # Under pytest-xdist the controller sums each worker's test time (setup, call and teardown), and
 # prints it with the test files that took longest: how evenly `make test` spreads its work, and

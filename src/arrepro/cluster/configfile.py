@@ -39,7 +39,7 @@ def check_config_file(path: str | Path) -> None:
     if size > CONFIG_MAX_BYTES:
         raise ConfigFileError(f"{path}: {size:,} bytes, more than the {CONFIG_MAX_BYTES:,} a config may have")
     try:
-        root = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+        root = yaml.compose(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 6x faster
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigFileError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
     if root is None:
